@@ -1,0 +1,29 @@
+# Two commands do all the set-up on a fresh machine (python3 >= 3.11 on PATH):
+#   make demo   - create .venv, install gpu-intent, run the demo on the embedded simulated cluster
+#   make test   - create .venv, install gpu-intent with dev tools, run ruff, mypy and the test suite
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+demo: $(BIN)/.installed
+	$(BIN)/gpu-intent demo
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest -q
+
+bench: $(BIN)/.installed
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

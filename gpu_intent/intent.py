@@ -1,0 +1,191 @@
+"""The GPU intent contract: annotation keys and the `Intent` value both sides share.
+
+The webhook writes an `Intent` onto a pod as annotations under ``gpu-intent.io/``; the
+controller reads them back. This module is the only place that knows the keys and the
+value formats, so the two sides cannot drift apart. It is purely computational: no I/O.
+
+Annotation values (all strings, as Kubernetes requires):
+
+==============================  ======================================================
+``gpu-intent.io/intent-version``  contract version, ``"v1"``; present on every annotated pod
+``gpu-intent.io/gpus``            GPUs the pod needs, a positive decimal (``"1"``, ``"0.5"``)
+``gpu-intent.io/model``           canonical lowercase GPU model (``a100``, ``l4``), optional
+``gpu-intent.io/pool``            Karpenter NodePool name the workload asked for, optional
+``gpu-intent.io/gpu-memory``      GPU memory per GPU in MiB (integer), optional
+``gpu-intent.io/source``          comma list of ``<where>:<key>`` the intent was inferred from
+==============================  ======================================================
+
+The controller adds ``gpu-intent.io/scale-up`` (see `ANNOTATION_SCALE_UP`) to report progress.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+DOMAIN = "gpu-intent.io"
+CONTRACT_VERSION = "v1"
+
+ANNOTATION_VERSION = f"{DOMAIN}/intent-version"
+ANNOTATION_GPUS = f"{DOMAIN}/gpus"
+ANNOTATION_MODEL = f"{DOMAIN}/model"
+ANNOTATION_POOL = f"{DOMAIN}/pool"
+ANNOTATION_GPU_MEMORY = f"{DOMAIN}/gpu-memory"
+ANNOTATION_SOURCE = f"{DOMAIN}/source"
+#: Written by the controller on real pods: a short human-readable scale-up status.
+ANNOTATION_SCALE_UP = f"{DOMAIN}/scale-up"
+
+INTENT_ANNOTATIONS: tuple[str, ...] = (
+    ANNOTATION_VERSION,
+    ANNOTATION_GPUS,
+    ANNOTATION_MODEL,
+    ANNOTATION_POOL,
+    ANNOTATION_GPU_MEMORY,
+    ANNOTATION_SOURCE,
+)
+
+#: Namespace label that opts a namespace in to the webhook.
+INJECT_LABEL = f"{DOMAIN}/inject"
+INJECT_VALUE = "enabled"
+
+#: Labels every trigger pod carries; the controller only ever deletes pods with both.
+TRIGGER_LABEL = f"{DOMAIN}/trigger"
+TRIGGER_LABEL_VALUE = "true"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "gpu-intent"
+
+
+#: Most GPUs one pod may ask for; more is a typo or an attack on the annotation.
+MAX_GPUS = Decimal(10_000)
+#: A label value (k8s.io/apimachinery validation.IsValidLabelValue): the model goes
+#: into a trigger's node selector, so it must be one.
+_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
+#: A DNS-1123 subdomain (NodePool names): the pool goes into a label selector value too.
+_POOL_NAME = re.compile(r"^[a-z0-9](?:[-a-z0-9.]{0,61}[a-z0-9])?$")
+
+
+class IntentError(ValueError):
+    """An intent annotation set, or a pod field it is inferred from, is malformed.
+
+    The message names the offending key and value.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """What one pod needs in GPUs, as the webhook inferred it.
+
+    Attributes:
+        gpus: GPUs the pod needs in total, > 0; fractional for sharing layers
+            (``Decimal("0.5")`` for a KAI ``gpu-fraction: "0.5"`` pod).
+        model: canonical lowercase model name (``"a100"``, ``"l4"``), or None if the pod
+            does not say.
+        pool: Karpenter NodePool name the pod asked for, or None.
+        gpu_memory_mib: GPU memory per GPU in MiB, or None when unknown.
+        source: where each part was inferred from, e.g.
+            ``("hami:nvidia.com/gpumem", "hami:nvidia.com/use-gputype")``.
+    """
+
+    gpus: Decimal
+    model: str | None = None
+    pool: str | None = None
+    gpu_memory_mib: int | None = None
+    source: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.gpus.is_finite() or self.gpus <= 0 or self.gpus > MAX_GPUS:
+            raise IntentError(f"gpus must be a number in (0, {MAX_GPUS}], got {self.gpus}")
+        if self.model is not None and not _LABEL_VALUE.match(self.model):
+            raise IntentError(f"model {self.model!r} is not a valid label value")
+        if self.pool is not None and not _POOL_NAME.match(self.pool):
+            raise IntentError(f"pool {self.pool!r} is not a valid NodePool name")
+        if self.gpu_memory_mib is not None and self.gpu_memory_mib <= 0:
+            raise IntentError(f"gpu-memory must be a positive MiB count, got {self.gpu_memory_mib}")
+        for token in self.source:
+            if "," in token or not token:
+                raise IntentError(f"source token {token!r} must be non-empty and comma-free")
+
+    def to_annotations(self) -> dict[str, str]:
+        """Render as pod annotations (keys from this module, string values)."""
+        out = {
+            ANNOTATION_VERSION: CONTRACT_VERSION,
+            ANNOTATION_GPUS: format_gpus(self.gpus),
+            ANNOTATION_SOURCE: ",".join(self.source),
+        }
+        if self.model is not None:
+            out[ANNOTATION_MODEL] = self.model
+        if self.pool is not None:
+            out[ANNOTATION_POOL] = self.pool
+        if self.gpu_memory_mib is not None:
+            out[ANNOTATION_GPU_MEMORY] = str(self.gpu_memory_mib)
+        return out
+
+    @classmethod
+    def from_annotations(cls, annotations: Mapping[str, str] | None) -> Intent | None:
+        """Read an intent back from pod annotations.
+
+        Returns None when the pod carries no ``gpu-intent.io/intent-version`` annotation
+        (it was never annotated). Raises `IntentError` when it carries one but the set is
+        malformed (unknown version, missing or bad ``gpus``, bad ``gpu-memory``): the
+        controller must not act on a pod it cannot parse.
+        """
+        if not annotations or ANNOTATION_VERSION not in annotations:
+            return None
+        version = annotations[ANNOTATION_VERSION]
+        if version != CONTRACT_VERSION:
+            raise IntentError(f"{ANNOTATION_VERSION}={version!r} is not {CONTRACT_VERSION!r}")
+        raw_gpus = annotations.get(ANNOTATION_GPUS)
+        if raw_gpus is None:
+            raise IntentError(f"{ANNOTATION_GPUS} is missing")
+        gpus = parse_gpus(raw_gpus)
+        memory: int | None = None
+        raw_memory = annotations.get(ANNOTATION_GPU_MEMORY)
+        if raw_memory is not None:
+            if not raw_memory.isascii() or not raw_memory.isdigit() or len(raw_memory) > 12:
+                raise IntentError(f"{ANNOTATION_GPU_MEMORY}={raw_memory!r} is not a MiB count")
+            memory = int(raw_memory)
+        raw_source = annotations.get(ANNOTATION_SOURCE, "")
+        source = tuple(t for t in raw_source.split(",") if t)
+        return cls(
+            gpus=gpus,
+            model=annotations.get(ANNOTATION_MODEL) or None,
+            pool=annotations.get(ANNOTATION_POOL) or None,
+            gpu_memory_mib=memory,
+            source=source,
+        )
+
+
+def parse_gpus(raw: str) -> Decimal:
+    """Parse a ``gpus`` annotation value (``"1"``, ``"0.5"``) into a Decimal in
+    (0, `MAX_GPUS`].
+
+    Raises `IntentError` for anything else (``"abc"``, ``"-1"``, ``"NaN"``, ``"0"``,
+    ``"1e9"``, over 32 characters).
+    """
+    if len(raw) > 32:
+        raise IntentError(f"{ANNOTATION_GPUS} value is too long ({len(raw)} characters)")
+    try:
+        value = Decimal(raw.strip())
+    except InvalidOperation as e:
+        raise IntentError(f"{ANNOTATION_GPUS}={raw!r} is not a number") from e
+    if not value.is_finite() or value <= 0 or value > MAX_GPUS:
+        raise IntentError(f"{ANNOTATION_GPUS}={raw!r} must be a number in (0, {MAX_GPUS}]")
+    return value
+
+
+def format_gpus(value: Decimal) -> str:
+    """Render a GPU count without exponent or trailing zeros: 1 -> "1", 0.50 -> "0.5"."""
+    text = format(value.normalize(), "f")
+    return text
+
+
+def is_trigger(labels: Mapping[str, str] | None) -> bool:
+    """True when ``labels`` mark a pod as a gpu-intent trigger (both ownership labels)."""
+    if not labels:
+        return False
+    return (
+        labels.get(TRIGGER_LABEL) == TRIGGER_LABEL_VALUE
+        and labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
+    )
