@@ -1,0 +1,1 @@
+"""The mutating admission webhook: pure `review` and the aiohttp `server` around it."""
