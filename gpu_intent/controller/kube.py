@@ -1,0 +1,260 @@
+"""The controller's one adapter to the Kubernetes API server (kubernetes_asyncio).
+
+Everything here is I/O; everything that decides what to send lives elsewhere. Objects
+stay JSON dicts (``_preload_content=False``) so the pure core never sees client models,
+and every failure becomes a `KubeError` whose message says what was being done.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+class KubeError(Exception):
+    """An API call failed. ``status`` is the HTTP code (0: no answer), ``reason`` the
+    Kubernetes Status reason (``NotFound``, ``Conflict``, ``Expired``...)."""
+
+    def __init__(self, doing: str, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{doing}: {status} {reason}: {message[:500]}")
+        self.status = status
+        self.reason = reason
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A collection the controller lists and watches."""
+
+    plural: str
+    group: str = ""
+    version: str = "v1"
+
+
+PODS = Resource("pods")
+NODECLAIMS = Resource("nodeclaims", "karpenter.sh")
+NODEPOOLS = Resource("nodepools", "karpenter.sh")
+
+
+async def load_configuration(
+    kubeconfig: str | None = None, context: str | None = None
+) -> client.Configuration:
+    """Client configuration the way controller-runtime finds it: ``--kubeconfig``, else
+    ``$KUBECONFIG``, else in-cluster (service account) when running in a pod, else
+    ``~/.kube/config``. Raises `KubeError` when none is usable."""
+    cfg = client.Configuration()
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    try:
+        if path:
+            await config.load_kube_config(
+                config_file=path, context=context, client_configuration=cfg
+            )
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        else:
+            default = Path.home() / ".kube" / "config"
+            await config.load_kube_config(
+                config_file=str(default), context=context, client_configuration=cfg
+            )
+    except (config.ConfigException, OSError) as e:
+        raise KubeError("loading kubeconfig", 0, "ConfigError", str(e)) from e
+    return cfg
+
+
+async def _read(response: aiohttp.ClientResponse, doing: str) -> Obj:
+    try:
+        body = await response.read()
+    finally:
+        response.release()
+    try:
+        data = json.loads(body) if body else {}
+    except ValueError:
+        data = {}
+    if response.status >= 400 or not isinstance(data, dict):
+        message = (
+            data.get("message", body[:200].decode(errors="replace"))
+            if isinstance(data, dict)
+            else ""
+        )
+        reason = data.get("reason", response.reason or "") if isinstance(data, dict) else ""
+        raise KubeError(doing, response.status, str(reason), str(message))
+    return data
+
+
+class Kube:
+    """API calls the controller makes, each returning plain dicts.
+
+    Create with `Kube.connect` (or ``Kube(ApiClient(cfg))``) and `close` when done.
+    All methods raise `KubeError`.
+    """
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> Kube:
+        return cls(client.ApiClient(configuration=await load_configuration(kubeconfig, context)))
+
+    async def close(self) -> None:
+        await self.api_client.close()
+
+    async def _call(self, doing: str, fn: Any, *args: Any, **kwargs: Any) -> Obj:
+        try:
+            response = await fn(*args, _preload_content=False, **kwargs)
+        except ApiException as e:
+            raise KubeError(doing, e.status or 0, str(e.reason), str(e.body or "")) from e
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+            raise KubeError(doing, 0, type(e).__name__, str(e)) from e
+        return await _read(response, doing)
+
+    def _list_fn(self, resource: Resource, namespace: str | None) -> tuple[Any, tuple[Any, ...]]:
+        if resource.group:
+            return self.custom.list_cluster_custom_object, (
+                resource.group,
+                resource.version,
+                resource.plural,
+            )
+        if namespace:
+            return self.core.list_namespaced_pod, (namespace,)
+        return self.core.list_pod_for_all_namespaces, ()
+
+    @staticmethod
+    def _selectors(label_selector: str | None, field_selector: str | None) -> dict[str, str]:
+        out = {}
+        if label_selector:
+            out["label_selector"] = label_selector
+        if field_selector:
+            out["field_selector"] = field_selector
+        return out
+
+    async def list(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> tuple[list[Obj], str]:
+        """All matching objects and the list's resourceVersion."""
+        fn, args = self._list_fn(resource, namespace)
+        data = await self._call(
+            f"listing {resource.plural}",
+            fn,
+            *args,
+            **self._selectors(label_selector, field_selector),
+        )
+        items = [i for i in data.get("items") or [] if isinstance(i, dict)]
+        return items, str((data.get("metadata") or {}).get("resourceVersion", ""))
+
+    async def watch(
+        self,
+        resource: Resource,
+        resource_version: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> AsyncIterator[tuple[str, Obj]]:
+        """Yield ``(type, object)`` from ``resource_version`` on: ADDED, MODIFIED,
+        DELETED and BOOKMARK (whose object carries only ``metadata.resourceVersion``).
+        Ends when the server closes the stream after ``timeout_seconds``. Raises
+        `KubeError` (``gone`` when the resourceVersion is too old: relist)."""
+        fn, args = self._list_fn(resource, namespace)
+        stream = watch.Watch(return_type="object")
+        doing = f"watching {resource.plural} from resourceVersion {resource_version}"
+        try:
+            async with stream.stream(
+                fn,
+                *args,
+                resource_version=resource_version,
+                timeout_seconds=timeout_seconds,
+                allow_watch_bookmarks=True,
+                **self._selectors(label_selector, field_selector),
+            ) as events:
+                async for event in events:
+                    obj = event.get("raw_object")
+                    if isinstance(obj, dict):
+                        yield str(event.get("type", "")), obj
+        except ApiException as e:
+            raise KubeError(doing, e.status or 0, str(e.reason), str(e.body or "")) from e
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+            raise KubeError(doing, 0, type(e).__name__, str(e)) from e
+
+    async def create_pod(self, namespace: str, body: Mapping[str, Any]) -> Obj:
+        name = body.get("metadata", {}).get("generateName", "")
+        return await self._call(
+            f"creating pod {namespace}/{name}*",
+            self.core.create_namespaced_pod,
+            namespace,
+            dict(body),
+        )
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete a pod only if it still has ``uid`` (a precondition the API server
+        enforces). False when it is already gone or is another pod by that name now."""
+        try:
+            await self._call(
+                f"deleting pod {namespace}/{name}",
+                self.core.delete_namespaced_pod,
+                name,
+                namespace,
+                body={"preconditions": {"uid": uid}},
+            )
+        except KubeError as e:
+            if e.not_found or e.conflict:
+                log.info(
+                    "pod %s/%s already gone or replaced (%s); nothing deleted",
+                    namespace,
+                    name,
+                    e.reason,
+                )
+                return False
+            raise
+        return True
+
+    async def annotate_pod(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> Obj:
+        """Set (or, for None values, remove) annotations with a strategic merge patch."""
+        return await self._call(
+            f"annotating pod {namespace}/{name}",
+            self.core.patch_namespaced_pod,
+            name,
+            namespace,
+            {"metadata": {"annotations": dict(annotations)}},
+        )
+
+    async def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
+        await self._call(
+            f"recording event in {namespace}",
+            self.core.create_namespaced_event,
+            namespace,
+            dict(body),
+        )

@@ -1,0 +1,428 @@
+"""The pure planner: which pods get triggers, how GPUs are summed, linking and cleanup."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from controller_fixtures import T0, gpu_pod, nodeclaim, nodepool
+
+from gpu_intent.controller.model import (
+    GroupKey,
+    PodRef,
+    ScaleUpStatus,
+    parse_nodeclaim,
+    parse_nodepool,
+    parse_pending_pod,
+    parse_trigger,
+)
+from gpu_intent.controller.plan import (
+    NATIVE,
+    NODE_READY,
+    PROVISIONING,
+    TRIGGERED,
+    UNRESOLVABLE,
+    Plan,
+    PlanConfig,
+    Snapshot,
+    link_claims,
+    pack,
+    plan,
+)
+from gpu_intent.controller.triggers import TriggerSettings, trigger_pod
+
+NOW = datetime(2026, 11, 21, 12, 0, 5, tzinfo=UTC)
+LATER = "2026-11-21T12:00:02Z"
+CONFIG = PlanConfig(
+    trigger=TriggerSettings(namespace="gpu-intent-system"), default_nodepool="gpu-standard"
+)
+POOLS = [
+    nodepool("gpu-standard", models=["t4", "a10g", "l4"], weight=10),
+    nodepool("gpu-large", models=["l40s", "a100", "h100"]),
+]
+
+
+def snapshot(
+    pods: list[dict[str, Any]],
+    *,
+    pools: list[dict[str, Any]] | None = None,
+    claims: list[dict[str, Any]] | None = None,
+    triggers: list[dict[str, Any]] | None = None,
+    now: datetime = NOW,
+) -> Snapshot:
+    parsed_pools = {p.name: p for p in map(parse_nodepool, POOLS if pools is None else pools)}
+    keys: set[str] = set()
+    for pool in parsed_pools.values():
+        keys |= pool.label_keys()
+    parsed_pods = [p for p in (parse_pending_pod(o, keys) for o in pods) if p is not None]
+    parsed_triggers = [t for t in map(parse_trigger, triggers or []) if t is not None]
+    parsed_claims = {c.name: c for c in map(parse_nodeclaim, claims or [])}
+    return Snapshot(parsed_pods, parsed_triggers, parsed_claims, parsed_pools, now)
+
+
+def live_trigger(
+    plan_: Plan,
+    index: int = 0,
+    *,
+    name: str = "gi-x",
+    created: str = T0,
+    node_claim: str | None = None,
+) -> dict[str, Any]:
+    """Turn a planned trigger into the object the API server would have stored."""
+    body = json.loads(json.dumps(plan_.creates[index].body))
+    body["metadata"].update(name=name, uid=f"uid-{name}", creationTimestamp=created)
+    if node_claim:
+        body["metadata"]["annotations"]["gpu-intent.io/nodeclaim"] = node_claim
+    return body
+
+
+def test_two_half_gpu_pods_of_one_model_share_one_whole_gpu_trigger() -> None:
+    pods = [gpu_pod("a", "0.5", model="l4"), gpu_pod("b", "0.5", model="l4")]
+    result = plan(snapshot(pods), CONFIG)
+    assert len(result.creates) == 1
+    create = result.creates[0]
+    assert create.gpus == 1
+    assert create.group == GroupKey("gpu-standard", "l4")
+    assert {str(r) for r in create.serves} == {"ml/a", "ml/b"}
+    requests = create.body["spec"]["containers"][0]["resources"]["requests"]  # type: ignore[index]
+    assert requests["nvidia.com/gpu"] == "1"
+    assert result.demand[GroupKey("gpu-standard", "l4")] == Decimal(1)
+
+
+def test_fractions_are_packed_first_fit_decreasing_into_whole_gpus() -> None:
+    pods = snapshot(
+        [
+            gpu_pod("a", "0.5", model="l4"),
+            gpu_pod("b", "0.3", model="l4"),
+            gpu_pod("c", "0.6", model="l4"),
+            gpu_pod("d", "1.5", model="l4"),
+        ]
+    ).pods
+    bins = pack(p for p in pods if not isinstance(p, type(None)))  # type: ignore[misc]
+    sizes = sorted((b.size, sorted(p.ref.name for p in b.pods)) for b in bins)
+    # d (1.5) takes a 2-GPU bin and leaves 0.5, which a (0.5) fills; c (0.6) opens a new
+    # bin, b (0.3) fits beside it.
+    assert sizes == [(1, ["b", "c"]), (2, ["a", "d"])]
+
+
+def test_different_models_get_separate_triggers_on_the_pool_that_offers_them() -> None:
+    pods = [gpu_pod("a", "0.5", model="l4"), gpu_pod("b", "1", model="a100")]
+    result = plan(snapshot(pods), CONFIG)
+    groups = sorted(c.group for c in result.creates)
+    assert groups == [GroupKey("gpu-large", "a100"), GroupKey("gpu-standard", "l4")]
+
+
+def test_whole_gpu_pod_karpenter_can_provision_gets_no_trigger_and_a_native_status() -> None:
+    pod = gpu_pod(
+        "whole",
+        "1",
+        model="t4",
+        source=("resources:nvidia.com/gpu", "nodeSelector:karpenter.k8s.aws/instance-gpu-name"),
+        resources={"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}},
+        node_selector={"karpenter.k8s.aws/instance-gpu-name": "t4"},
+    )
+    result = plan(snapshot([pod]), CONFIG)
+    assert result.creates == ()
+    assert [s.status.phase for s in result.statuses] == [NATIVE]
+    assert (
+        result.statuses[0].event is not None
+        and result.statuses[0].event.reason == "NativeProvisioning"
+    )
+
+
+def test_whole_gpu_pod_selecting_a_label_no_nodepool_defines_is_not_native() -> None:
+    pod = gpu_pod(
+        "gfd",
+        "1",
+        model="l4",
+        source=("resources:nvidia.com/gpu", "nodeSelector:nvidia.com/gpu.product"),
+        resources={"requests": {"nvidia.com/gpu": "1"}},
+        node_selector={"nvidia.com/gpu.product": "NVIDIA-L4"},
+    )
+    result = plan(snapshot([pod]), CONFIG)
+    assert len(result.creates) == 1
+    # The GFD label is not copied: Karpenter could not satisfy it either.
+    selector = result.creates[0].body["spec"]["nodeSelector"]  # type: ignore[index]
+    assert "nvidia.com/gpu.product" not in selector
+
+
+def test_hami_pod_with_gpumem_is_not_native_even_with_whole_gpu_count() -> None:
+    pod = gpu_pod(
+        "hami",
+        "1",
+        model="a10g",
+        source=("hami:nvidia.com/gpumem", "hami:nvidia.com/use-gputype"),
+        resources={"requests": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}},
+    )
+    result = plan(snapshot([pod]), CONFIG)
+    assert [c.group for c in result.creates] == [GroupKey("gpu-standard", "a10g")]
+
+
+def test_intent_without_model_goes_to_the_default_pool_and_without_default_is_unresolvable() -> (
+    None
+):
+    pod = gpu_pod("any", "0.5")
+    assert [c.group.pool for c in plan(snapshot([pod]), CONFIG).creates] == ["gpu-standard"]
+    bare = PlanConfig(trigger=CONFIG.trigger)
+    result = plan(snapshot([pod]), bare)
+    assert result.creates == ()
+    assert result.statuses[0].status.phase == UNRESOLVABLE
+    assert result.statuses[0].event is not None and result.statuses[0].event.type == "Warning"
+
+
+def test_model_no_pool_offers_is_unresolvable_with_a_warning_naming_it() -> None:
+    result = plan(snapshot([gpu_pod("b", "1", model="b200")]), CONFIG)
+    assert result.creates == ()
+    assert "b200" in result.statuses[0].status.message
+
+
+def test_named_pool_wins_when_it_admits_the_model_and_weight_orders_otherwise() -> None:
+    pools = [
+        nodepool("light", models=["l4"], weight=1),
+        nodepool("heavy", models=["l4"], weight=50),
+    ]
+    assert (
+        plan(snapshot([gpu_pod("a", "1", model="l4")], pools=pools), CONFIG).creates[0].group.pool
+        == "heavy"
+    )
+    named = gpu_pod("b", "1", model="l4", pool="light")
+    assert plan(snapshot([named], pools=pools), CONFIG).creates[0].group.pool == "light"
+
+
+def test_pools_not_ready_are_skipped() -> None:
+    pools = [nodepool("gpu-standard", models=["l4"], ready=False)]
+    result = plan(snapshot([gpu_pod("a", "1", model="l4")], pools=pools), CONFIG)
+    assert result.creates == () and result.statuses[0].status.phase == UNRESOLVABLE
+
+
+def test_existing_trigger_covers_the_demand_and_no_second_one_is_made() -> None:
+    pods = [gpu_pod("a", "0.5", model="l4"), gpu_pod("b", "0.5", model="l4")]
+    first = plan(snapshot(pods), CONFIG)
+    trigger = live_trigger(first)
+    second = plan(snapshot(pods, triggers=[trigger]), CONFIG)
+    assert second.creates == () and second.deletes == ()
+    assert {s.status.phase for s in second.statuses} == {TRIGGERED}
+    assert {s.status.trigger for s in second.statuses} == {"gpu-intent-system/gi-x"}
+
+
+def test_a_new_pod_that_fits_in_the_trigger_spare_share_needs_no_new_trigger() -> None:
+    first = plan(snapshot([gpu_pod("a", "0.5", model="l4")]), CONFIG)
+    trigger = live_trigger(first)
+    more = [gpu_pod("a", "0.5", model="l4"), gpu_pod("b", "0.5", model="l4")]
+    assert plan(snapshot(more, triggers=[trigger]), CONFIG).creates == ()
+    three = [*more, gpu_pod("c", "0.5", model="l4")]
+    assert [c.gpus for c in plan(snapshot(three, triggers=[trigger]), CONFIG).creates] == [1]
+
+
+def test_trigger_is_linked_to_the_nodeclaim_karpenter_made_after_it() -> None:
+    pods = [gpu_pod("a", "1", model="l4")]
+    trigger = live_trigger(plan(snapshot(pods), CONFIG))
+    older = nodeclaim(
+        "gpu-standard-old", "gpu-standard", model="l4", created="2026-11-21T11:59:00Z"
+    )
+    newer = nodeclaim(
+        "gpu-standard-new", "gpu-standard", model="l4", created="2026-11-21T12:00:02Z"
+    )
+    result = plan(snapshot(pods, triggers=[trigger], claims=[older, newer]), CONFIG)
+    assert [(str(link.ref), link.node_claim) for link in result.links] == [
+        ("gpu-intent-system/gi-x", "gpu-standard-new")
+    ]
+    assert result.statuses[0].status.phase == PROVISIONING
+    assert result.statuses[0].status.node_claim == "gpu-standard-new"
+
+
+def test_nodeclaim_of_another_pool_model_or_too_small_is_not_linked() -> None:
+    pods = [gpu_pod("a", "1", model="l4")]
+    trigger = live_trigger(plan(snapshot(pods), CONFIG))
+    claims = [
+        nodeclaim("other-pool", "gpu-large", model="l4", created="2026-11-21T12:00:02Z"),
+        nodeclaim("other-model", "gpu-standard", model="t4", created="2026-11-21T12:00:02Z"),
+        nodeclaim("no-gpu", "gpu-standard", gpus=0, created="2026-11-21T12:00:02Z"),
+    ]
+    assert plan(snapshot(pods, triggers=[trigger], claims=claims), CONFIG).links == ()
+
+
+def test_two_triggers_share_a_nodeclaim_with_enough_gpu_requests() -> None:
+    snap = snapshot(
+        [gpu_pod("a", "1", model="l4"), gpu_pod("b", "1", model="l4")],
+    )
+    first = plan(snap, CONFIG)
+    triggers = [
+        live_trigger(first, 0, name="gi-1"),
+        live_trigger(first, 1, name="gi-2", created="2026-11-21T12:00:01Z"),
+    ]
+    parsed = [t for t in map(parse_trigger, triggers) if t is not None]
+    claims = {
+        c.name: c
+        for c in [
+            parse_nodeclaim(nodeclaim("big", "gpu-standard", gpus=2, model="l4", created=LATER))
+        ]
+    }
+    links = link_claims(parsed, claims, CONFIG.trigger.gpu_name_label)
+    assert set(links.values()) == {"big"}
+    small = {
+        c.name: c
+        for c in [
+            parse_nodeclaim(nodeclaim("small", "gpu-standard", gpus=1, model="l4", created=LATER))
+        ]
+    }
+    assert sorted(
+        str(v) for v in link_claims(parsed, small, CONFIG.trigger.gpu_name_label).values()
+    ) == [
+        "None",
+        "small",
+    ]
+
+
+def test_ready_nodeclaim_removes_the_trigger_after_telling_its_pods() -> None:
+    pods = [gpu_pod("a", "0.5", model="l4"), gpu_pod("b", "0.5", model="l4")]
+    trigger = live_trigger(plan(snapshot(pods), CONFIG), node_claim="nc-1")
+    claim = nodeclaim("nc-1", "gpu-standard", model="l4", ready=True, node="ip-10-0-0-1")
+    result = plan(snapshot(pods, triggers=[trigger], claims=[claim]), CONFIG)
+    assert {s.status.phase for s in result.statuses} == {NODE_READY}
+    assert {s.status.node for s in result.statuses} == {"ip-10-0-0-1"}
+    assert len(result.deletes) == 1
+    delete = result.deletes[0]
+    assert delete.ref == PodRef("gpu-intent-system", "gi-x", "uid-gi-x")
+    assert delete.ref.uid == "uid-gi-x"
+    assert set(delete.after) == {PodRef("ml", "a"), PodRef("ml", "b")}
+    assert result.creates == ()
+
+
+def node_ready_status(since: datetime, claim: str = "nc-1") -> str:
+    return ScaleUpStatus(
+        NODE_READY, "ready", None, claim, "ip-10-0-0-1", since.strftime("%Y-%m-%dT%H:%M:%SZ")
+    ).to_annotation()
+
+
+def test_pods_told_node_ready_are_left_to_their_scheduler_for_the_cover_period() -> None:
+    claim = nodeclaim("nc-1", "gpu-standard", model="l4", ready=True, node="ip-10-0-0-1")
+    pod = gpu_pod(
+        "a", "1", model="l4", status_annotation=node_ready_status(NOW - timedelta(seconds=10))
+    )
+    assert not plan(snapshot([pod], claims=[claim]), CONFIG)
+    later = NOW + timedelta(seconds=CONFIG.cover_seconds)
+    again = plan(snapshot([pod], claims=[claim], now=later), CONFIG)
+    assert len(again.creates) == 1
+
+
+def test_cover_ends_when_the_nodeclaim_is_gone() -> None:
+    pod = gpu_pod("a", "1", model="l4", status_annotation=node_ready_status(NOW))
+    assert len(plan(snapshot([pod]), CONFIG).creates) == 1
+
+
+def test_trigger_whose_demand_went_away_is_deleted() -> None:
+    trigger = live_trigger(plan(snapshot([gpu_pod("a", "1", model="l4")]), CONFIG))
+    result = plan(snapshot([], triggers=[trigger]), CONFIG)
+    assert [d.ref.name for d in result.deletes] == ["gi-x"]
+    assert result.deletes[0].after == ()
+
+
+def test_most_progressed_trigger_is_kept_when_demand_shrinks() -> None:
+    first = plan(snapshot([gpu_pod("a", "1", model="l4"), gpu_pod("b", "1", model="l4")]), CONFIG)
+    unlinked = live_trigger(first, 0, name="gi-early")
+    linked = live_trigger(
+        first, 1, name="gi-late", created="2026-11-21T12:00:01Z", node_claim="nc-1"
+    )
+    claim = nodeclaim(
+        "nc-1", "gpu-standard", model="l4", launched=True, created="2026-11-21T12:00:02Z"
+    )
+    result = plan(
+        snapshot([gpu_pod("a", "1", model="l4")], triggers=[unlinked, linked], claims=[claim]),
+        CONFIG,
+    )
+    assert [d.ref.name for d in result.deletes] == ["gi-early"]
+
+
+def test_invalid_intent_is_reported_and_never_acted_on() -> None:
+    pod = gpu_pod("bad", "1", model="l4", extra_annotations={"gpu-intent.io/gpus": "lots"})
+    result = plan(snapshot([pod]), CONFIG)
+    assert result.creates == ()
+    assert result.statuses[0].status.phase == "InvalidIntent"
+    assert result.statuses[0].event is not None and result.statuses[0].event.type == "Warning"
+
+
+def test_status_is_not_rewritten_when_unchanged() -> None:
+    pod = gpu_pod("b", "1", model="b200")
+    told = plan(snapshot([pod]), CONFIG).statuses[0].status.to_annotation()
+    assert (
+        plan(snapshot([gpu_pod("b", "1", model="b200", status_annotation=told)]), CONFIG).statuses
+        == ()
+    )
+
+
+def test_pods_not_unschedulable_are_ignored() -> None:
+    assert not plan(snapshot([gpu_pod("a", "1", model="l4", unschedulable=False)]), CONFIG)
+
+
+def test_trigger_limit_bounds_what_one_pass_creates() -> None:
+    pods = [gpu_pod(f"p{i}", "1", model="l4") for i in range(5)]
+    limited = PlanConfig(trigger=CONFIG.trigger, max_triggers=2)
+    result = plan(snapshot(pods), limited)
+    assert len(result.creates) == 2
+    assert {s.status.phase for s in result.statuses} == {TRIGGERED}
+    assert all("limit" in s.status.message for s in result.statuses)
+
+
+def test_zone_selector_is_copied_and_splits_groups() -> None:
+    east = gpu_pod(
+        "a", "0.5", model="l4", node_selector={"topology.kubernetes.io/zone": "us-east-1a"}
+    )
+    west = gpu_pod(
+        "b", "0.5", model="l4", node_selector={"topology.kubernetes.io/zone": "us-east-1b"}
+    )
+    result = plan(snapshot([east, west]), CONFIG)
+    zones = sorted(
+        c.body["spec"]["nodeSelector"]["topology.kubernetes.io/zone"] for c in result.creates
+    )  # type: ignore[index]
+    assert zones == ["us-east-1a", "us-east-1b"]
+
+
+def test_hostname_selector_is_never_copied() -> None:
+    pod = gpu_pod("a", "0.5", model="l4", node_selector={"kubernetes.io/hostname": "n1"})
+    selector = plan(snapshot([pod]), CONFIG).creates[0].body["spec"]["nodeSelector"]  # type: ignore[index]
+    assert "kubernetes.io/hostname" not in selector
+
+
+def test_trigger_pod_spec_is_what_karpenter_understands() -> None:
+    pool = parse_nodepool(
+        nodepool(
+            "gpu-standard",
+            models=["l4"],
+            taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+        )
+    )
+    body = trigger_pod(GroupKey("gpu-standard", "l4"), 2, pool, [PodRef("ml", "a")], CONFIG.trigger)
+    meta, spec = body["metadata"], body["spec"]
+    assert meta["namespace"] == "gpu-intent-system" and meta["generateName"].startswith(
+        "gi-gpu-standard-l4-"
+    )
+    assert meta["labels"] == {
+        "gpu-intent.io/trigger": "true",
+        "app.kubernetes.io/managed-by": "gpu-intent",
+        "hami.io/webhook": "ignore",
+    }
+    assert spec["nodeSelector"] == {
+        "karpenter.sh/nodepool": "gpu-standard",
+        "karpenter.k8s.aws/instance-gpu-name": "l4",
+    }
+    assert spec["tolerations"] == [
+        {"key": "nvidia.com/gpu", "effect": "NoSchedule", "operator": "Equal", "value": "true"}
+    ]
+    container = spec["containers"][0]
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == "2"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert spec["automountServiceAccountToken"] is False
+    with pytest.raises(ValueError):
+        trigger_pod(GroupKey("gpu-standard", "l4"), 0, pool, [], CONFIG.trigger)
+
+
+def test_parse_trigger_rejects_pods_it_cannot_identify() -> None:
+    body = live_trigger(plan(snapshot([gpu_pod("a", "1", model="l4")]), CONFIG))
+    assert parse_trigger(body) is not None
+    body["metadata"]["annotations"]["gpu-intent.io/gpus"] = "one"
+    assert parse_trigger(body) is None

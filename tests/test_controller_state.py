@@ -1,0 +1,106 @@
+"""The controller cache's write-through expectations, and the Karpenter rules it encodes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from controller_fixtures import gpu_pod, nodepool
+
+from gpu_intent.controller import karpenter
+from gpu_intent.controller.state import NODEPOOLS, PENDING_PODS, TRIGGERS, ClusterState
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def trigger(name: str, rv: str) -> dict[str, object]:
+    return {"metadata": {"namespace": "gpu-intent-system", "name": name, "resourceVersion": rv}}
+
+
+def test_written_object_masks_the_cache_until_the_watch_shows_that_resource_version() -> None:
+    clock = Clock()
+    state = ClusterState(clock)
+    state.replace(TRIGGERS, [])
+    state.expect(TRIGGERS, trigger("t1", "7"))
+    assert [o["metadata"]["name"] for o in state.objects(TRIGGERS)] == ["t1"]
+    state.apply(TRIGGERS, "ADDED", trigger("t1", "7"))
+    state.apply(TRIGGERS, "MODIFIED", trigger("t1", "9"))
+    assert state.objects(TRIGGERS)[0]["metadata"]["resourceVersion"] == "9"
+    assert state.pending_expectations() == 0
+
+
+def test_a_stale_event_does_not_undo_our_write() -> None:
+    clock = Clock()
+    state = ClusterState(clock)
+    state.replace(TRIGGERS, [trigger("t1", "3")])
+    state.expect(TRIGGERS, trigger("t1", "8"))
+    state.apply(TRIGGERS, "MODIFIED", trigger("t1", "5"))  # older than our write
+    assert state.objects(TRIGGERS)[0]["metadata"]["resourceVersion"] == "8"
+
+
+def test_deleted_object_stays_gone_and_expectations_expire() -> None:
+    clock = Clock()
+    state = ClusterState(clock, expectation_seconds=30)
+    state.replace(TRIGGERS, [trigger("t1", "3")])
+    state.expect_deleted(TRIGGERS, ("gpu-intent-system", "t1"))
+    assert state.objects(TRIGGERS) == []
+    clock.t = 31
+    assert [o["metadata"]["name"] for o in state.objects(TRIGGERS)] == ["t1"]
+
+
+def test_snapshot_skips_trigger_pods_among_pending_pods() -> None:
+    state = ClusterState(Clock())
+    state.replace(NODEPOOLS, [nodepool("gpu", models=["l4"])])
+    pod = gpu_pod("a", "1", model="l4")
+    fake_trigger = gpu_pod("gi-1", "1", model="l4")
+    fake_trigger["metadata"]["labels"] = {
+        "gpu-intent.io/trigger": "true",
+        "app.kubernetes.io/managed-by": "gpu-intent",
+    }
+    state.replace(PENDING_PODS, [pod, fake_trigger])
+    snap = state.snapshot(datetime(2026, 11, 21, tzinfo=UTC))
+    assert [p.ref.name for p in snap.pods] == ["a"]
+
+
+def test_is_provisionable_follows_karpenter() -> None:
+    pod = gpu_pod("a", "1")
+    assert karpenter.is_provisionable(pod)
+    pod["status"]["conditions"][0]["status"] = "True"  # Karpenter checks the reason only
+    assert karpenter.is_provisionable(pod)
+    for mutate in (
+        lambda p: p["spec"].update(nodeName="n1"),
+        lambda p: p["status"].update(nominatedNodeName="n1"),
+        lambda p: p["metadata"].update(ownerReferences=[{"kind": "DaemonSet", "name": "d"}]),
+        lambda p: p["metadata"].update(deletionTimestamp="2026-11-21T00:00:00Z"),
+        lambda p: p["status"].update(conditions=[]),
+    ):
+        other = gpu_pod("b", "1")
+        mutate(other)
+        assert not karpenter.is_provisionable(other)
+
+
+def test_unsimulatable_names_unknown_resources_and_labels() -> None:
+    pod = gpu_pod(
+        "a",
+        "1",
+        resources={"requests": {"cpu": "1", "nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}},
+        node_selector={
+            "nvidia.com/gpu.product": "NVIDIA-L4",
+            "topology.kubernetes.io/zone": "z",
+            "team": "a",
+        },
+    )
+    reasons = karpenter.unsimulatable(pod, nodepool_keys={"team"})
+    assert reasons == [
+        "requests nvidia.com/gpumem, a resource Karpenter cannot simulate",
+        "selects node label nvidia.com/gpu.product, which no NodePool defines",
+    ]
+    assert karpenter.is_copyable_label("team", {"team"})
+    assert not karpenter.is_copyable_label("kubernetes.io/hostname", set())
+    assert not karpenter.is_copyable_label("karpenter.sh/unregistered", set())
+    assert karpenter.is_copyable_label("karpenter.k8s.aws/instance-family", set())
