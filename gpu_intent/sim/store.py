@@ -358,8 +358,18 @@ class Store:
 
     # -- writes --------------------------------------------------------------------
 
-    def create(self, rt: ResourceType, obj: Mapping[str, Any], namespace: str | None = None) -> Obj:
+    def create(
+        self,
+        rt: ResourceType,
+        obj: Mapping[str, Any],
+        namespace: str | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> Obj:
         """Store a new object and return a copy of it as stored.
+
+        ``dry_run=True`` (``?dryRun=All``) does every check and returns the object as it
+        would be stored (without ``resourceVersion``), but stores nothing.
 
         ``namespace`` (for namespaced types) overrides a missing ``metadata.namespace``
         and must agree with a present one. Raises `Invalid` (no name or generateName, or a
@@ -406,12 +416,21 @@ class Store:
         if rt.has_status:
             new.setdefault("status", {})
         self._validate(rt, None, new)
+        if dry_run:
+            return copy.deepcopy(new)
         return copy.deepcopy(self._commit(rt, "ADDED", new, None))
 
     def update(
-        self, rt: ResourceType, obj: Mapping[str, Any], *, subresource: str | None = None
+        self,
+        rt: ResourceType,
+        obj: Mapping[str, Any],
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
     ) -> Obj:
         """Replace an object (HTTP PUT). ``subresource="status"`` replaces only status.
+
+        ``dry_run=True`` does every check and returns the would-be object; nothing changes.
 
         A set ``metadata.resourceVersion`` must equal the stored one (`Conflict`
         otherwise). Removing the last finalizer of an object being deleted deletes it.
@@ -456,6 +475,8 @@ class Store:
         if new.get("spec") != old.get("spec"):
             new_meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
         self._validate(rt, old, new)
+        if dry_run:
+            return copy.deepcopy(new)
         if new_meta.get("deletionTimestamp") and not new_meta.get("finalizers"):
             return copy.deepcopy(self._remove(rt, new))
         return copy.deepcopy(self._commit(rt, "MODIFIED", new, old))
