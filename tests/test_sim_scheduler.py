@@ -1,0 +1,402 @@
+"""SimScheduler against a real Store: binding, kube-scheduler's messages, retries, quiet."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from gpu_intent.sim import gpushare
+from gpu_intent.sim.scheduler import SimScheduler
+from gpu_intent.sim.store import EVENTS, NAMESPACES, NODES, PODS, Store
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+NO_VICTIMS = "No preemption victims found for incoming pod"
+
+
+@pytest.fixture
+def store() -> Store:
+    s = Store()
+    s.create(NAMESPACES, {"metadata": {"name": "default"}})
+    return s
+
+
+def add_node(
+    store: Store,
+    name: str,
+    *,
+    gpus: int = 0,
+    memory_mib: int = 23034,
+    product: str = "NVIDIA-L4",
+    cpu: str = "8",
+    taints: list[dict[str, Any]] | None = None,
+    labels: dict[str, str] | None = None,
+    ready: str = "True",
+    unschedulable: bool = False,
+) -> dict[str, Any]:
+    all_labels = {"kubernetes.io/hostname": name, **(labels or {})}
+    allocatable = {"cpu": cpu, "memory": "32Gi", "pods": "110"}
+    if gpus:
+        allocatable["nvidia.com/gpu"] = str(gpus)
+        all_labels.update(
+            {
+                "nvidia.com/gpu.count": str(gpus),
+                "nvidia.com/gpu.memory": str(memory_mib),
+                "nvidia.com/gpu.product": product,
+            }
+        )
+    return store.create(
+        NODES,
+        {
+            "metadata": {"name": name, "labels": all_labels},
+            "spec": {"taints": taints or [], "unschedulable": unschedulable},
+            "status": {
+                "allocatable": allocatable,
+                "capacity": allocatable,
+                "conditions": [{"type": "Ready", "status": ready}],
+            },
+        },
+    )
+
+
+def add_pod(
+    store: Store,
+    name: str,
+    *,
+    limits: dict[str, str] | None = None,
+    requests: dict[str, str] | None = None,
+    scheduler: str | None = None,
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if limits:
+        resources["limits"] = limits
+    if requests:
+        resources["requests"] = requests
+    body: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "x", "resources": resources}],
+        **spec,
+    }
+    if scheduler:
+        body["schedulerName"] = scheduler
+    return store.create(
+        PODS,
+        {
+            "metadata": {"name": name, "namespace": "default", "annotations": annotations or {}},
+            "spec": body,
+        },
+    )
+
+
+def get(store: Store, name: str) -> dict[str, Any]:
+    return store.get(PODS, "default", name)
+
+
+def scheduled(store: Store, name: str) -> dict[str, Any]:
+    for condition in get(store, name).get("status", {}).get("conditions", []):
+        if condition["type"] == "PodScheduled":
+            return dict(condition)
+    return {}
+
+
+def events_for(store: Store, name: str, reason: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in store.list(EVENTS, "default")[0]
+        if e["involvedObject"]["name"] == name and e["reason"] == reason
+    ]
+
+
+@pytest.fixture
+async def running(store: Store) -> AsyncIterator[SimScheduler]:
+    scheduler = SimScheduler(store, resync_seconds=0.05)
+    task = asyncio.create_task(scheduler.run())
+    yield scheduler
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def until(check: Callable[[], bool], seconds: float = 2.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not check():
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+# -- binding ---------------------------------------------------------------------------
+
+
+def test_binds_a_whole_gpu_pod_like_the_binding_subresource(store: Store) -> None:
+    add_node(store, "cpu-1")
+    add_node(store, "gpu-1", gpus=2)
+    add_pod(store, "train", limits={"nvidia.com/gpu": "1", "cpu": "1"})
+    assert SimScheduler(store).schedule_once() == 1
+    pod = get(store, "train")
+    assert pod["spec"]["nodeName"] == "gpu-1"
+    assert pod["metadata"]["annotations"][gpushare.DEVICES_ANNOTATION] == "0:1"
+    condition = scheduled(store, "train")
+    assert condition["status"] == "True" and "reason" not in condition
+    assert "nominatedNodeName" not in pod["status"]
+    [event] = events_for(store, "train", "Scheduled")
+    assert event["message"] == "Successfully assigned default/train to gpu-1"
+    assert event["source"] == {"component": "default-scheduler"}
+
+
+def test_prefers_the_node_with_most_gpu_allocated_then_the_name(store: Store) -> None:
+    add_node(store, "a", gpus=2)
+    add_node(store, "b", gpus=2)
+    add_pod(store, "first", limits={"nvidia.com/gpu": "1"})
+    add_pod(store, "web", requests={"cpu": "1"})
+    SimScheduler(store).schedule_once()
+    assert get(store, "first")["spec"]["nodeName"] == "a"
+    add_node(store, "0-empty", gpus=2)
+    add_pod(store, "second", limits={"nvidia.com/gpu": "1"})
+    SimScheduler(store).schedule_once()
+    assert get(store, "second")["spec"]["nodeName"] == "a"  # bin-packs onto the used node
+    assert get(store, "second")["metadata"]["annotations"][gpushare.DEVICES_ANNOTATION] == "1:1"
+
+
+def test_packs_kai_fractions_on_one_device_and_rejects_the_third(store: Store) -> None:
+    add_node(store, "l4", gpus=1)
+    for name in ("a", "b", "c"):
+        add_pod(store, name, scheduler="kai-scheduler", annotations={"gpu-fraction": "0.5"})
+    SimScheduler(store).schedule_once()
+    assert [get(store, n)["spec"].get("nodeName") for n in "abc"] == ["l4", "l4", None]
+    assert get(store, "b")["metadata"]["annotations"][gpushare.DEVICES_ANNOTATION] == "0:0.5"
+    assert scheduled(store, "c")["message"] == (
+        "0/1 nodes are available: 1 1/1 CardInsufficientMemory. "
+        f"preemption: 0/1 nodes are available: 1 {NO_VICTIMS}.."
+    )
+    [event] = events_for(store, "c", "FailedScheduling")
+    assert event["source"] == {"component": "kai-scheduler"}
+
+
+# -- unschedulable messages ------------------------------------------------------------
+
+
+def test_unschedulable_condition_and_event_carry_kube_schedulers_message(store: Store) -> None:
+    add_node(store, "cpu-1")
+    add_node(store, "gpu-1", gpus=1, taints=[GPU_TAINT])
+    add_node(store, "gpu-2", gpus=1, taints=[GPU_TAINT])
+    add_pod(store, "train", limits={"nvidia.com/gpu": "1"})
+    assert SimScheduler(store).schedule_once() == 0
+    message = (
+        "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, "
+        "2 node(s) had untolerated taint {nvidia.com/gpu: }. "
+        f"preemption: 0/3 nodes are available: 3 {NOT_HELPFUL}.."
+    )
+    condition = scheduled(store, "train")
+    assert (condition["status"], condition["reason"], condition["message"]) == (
+        "False",
+        "Unschedulable",
+        message,
+    )
+    [event] = events_for(store, "train", "FailedScheduling")
+    assert (event["type"], event["message"]) == ("Warning", message)
+    assert event["source"] == {"component": "default-scheduler"}
+    assert "nodeName" not in get(store, "train")["spec"]
+
+
+def test_no_nodes_at_all(store: Store) -> None:
+    add_pod(store, "train", limits={"nvidia.com/gpu": "1"})
+    SimScheduler(store).schedule_once()
+    assert scheduled(store, "train")["message"] == "no nodes available to schedule pods"
+    assert scheduled(store, "train")["reason"] == "Unschedulable"
+
+
+def test_default_scheduler_pod_with_hami_memory_is_insufficient_everywhere(store: Store) -> None:
+    add_node(store, "gpu-1", gpus=2)
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
+    add_pod(store, "plain", limits=limits)
+    add_pod(store, "hami", limits=limits, scheduler="hami-scheduler")
+    SimScheduler(store).schedule_once()
+    assert scheduled(store, "plain")["message"] == (
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpumem. "
+        f"preemption: 0/1 nodes are available: 1 {NOT_HELPFUL}.."
+    )
+    hami = get(store, "hami")  # HAMi's extender handles gpumem: the pod fits
+    assert hami["spec"]["nodeName"] == "gpu-1"
+    assert hami["metadata"]["annotations"][gpushare.DEVICES_ANNOTATION] == "0:0.347313"
+
+
+def test_full_node_and_preemption_dry_run(store: Store) -> None:
+    add_node(store, "gpu-1", gpus=2)
+    add_pod(store, "low", limits={"nvidia.com/gpu": "1"}, priority=-10)
+    add_pod(store, "peer", limits={"nvidia.com/gpu": "1"})
+    add_pod(store, "one", limits={"nvidia.com/gpu": "1"})
+    scheduler = SimScheduler(store)
+    scheduler.schedule_once()
+    # "low" sorts after the priority-0 pods, so "one" and "peer" won the two GPUs.
+    assert get(store, "one")["spec"]["nodeName"] == "gpu-1"
+    assert get(store, "peer")["spec"]["nodeName"] == "gpu-1"
+    add_pod(store, "two", limits={"nvidia.com/gpu": "2"})
+    add_pod(store, "never", limits={"nvidia.com/gpu": "1"}, preemptionPolicy="Never")
+    scheduler.schedule_once()
+    assert scheduled(store, "low")["message"] == (
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. "
+        f"preemption: 0/1 nodes are available: 1 {NO_VICTIMS}.."
+    )
+    assert scheduled(store, "two")["message"] == (
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. "
+        f"preemption: 0/1 nodes are available: 1 {NO_VICTIMS}.."
+    )
+    assert scheduled(store, "never")["message"] == (
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. "
+        "preemption: not eligible due to preemptionPolicy=Never.."
+    )
+
+
+def test_preemption_reports_what_evicting_lower_priority_pods_would_not_fix(store: Store) -> None:
+    add_node(store, "gpu-1", gpus=2, cpu="4")
+    add_pod(store, "low", limits={"nvidia.com/gpu": "1"}, priority=-10, nodeName="gpu-1")
+    add_pod(store, "busy", requests={"cpu": "3"}, nodeName="gpu-1")
+    add_pod(store, "big", limits={"nvidia.com/gpu": "2", "cpu": "2"})
+    SimScheduler(store).schedule_once()
+    assert scheduled(store, "big")["message"] == (
+        "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient nvidia.com/gpu. "
+        "preemption: 0/1 nodes are available: 1 Insufficient cpu.."
+    )
+
+
+@pytest.mark.parametrize(
+    ("node", "reason"),
+    [
+        ({"ready": "False"}, "node(s) had untolerated taint {node.kubernetes.io/not-ready: }"),
+        ({"ready": "Unknown"}, "node(s) had untolerated taint {node.kubernetes.io/unreachable: }"),
+        ({"unschedulable": True}, "node(s) were unschedulable"),
+        ({"labels": {"zone": "b"}}, "node(s) didn't match Pod's node affinity/selector"),
+        (
+            {"taints": [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]},
+            "node(s) had untolerated taint {karpenter.sh/unregistered: }",
+        ),
+    ],
+)
+def test_filter_reasons(store: Store, node: dict[str, Any], reason: str) -> None:
+    add_node(store, "n1", gpus=1, **{"labels": {"zone": "a"}, **node})
+    add_pod(store, "p", limits={"nvidia.com/gpu": "1"}, nodeSelector={"zone": "a"})
+    SimScheduler(store).schedule_once()
+    assert scheduled(store, "p")["message"] == (
+        f"0/1 nodes are available: 1 {reason}. preemption: 0/1 nodes are available: 1 {NOT_HELPFUL}.."
+    )
+
+
+def test_tolerations_and_matching_affinity_allow_binding(store: Store) -> None:
+    add_node(store, "n1", gpus=1, taints=[GPU_TAINT], labels={"zone": "a"}, unschedulable=True)
+    add_pod(
+        store,
+        "p",
+        limits={"nvidia.com/gpu": "1"},
+        tolerations=[{"operator": "Exists"}],
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                    ]
+                }
+            }
+        },
+    )
+    SimScheduler(store).schedule_once()
+    assert get(store, "p")["spec"]["nodeName"] == "n1"
+
+
+def test_scheduling_gates_block_without_an_event(store: Store) -> None:
+    add_node(store, "n1")
+    add_pod(store, "gated", schedulingGates=[{"name": "example.com/wait"}])
+    SimScheduler(store).schedule_once()
+    condition = scheduled(store, "gated")
+    assert (condition["reason"], condition["message"]) == (
+        "SchedulingGated",
+        "Scheduling is blocked due to non-empty scheduling gates",
+    )
+    assert events_for(store, "gated", "FailedScheduling") == []
+
+
+def test_ignores_unknown_schedulers_and_bound_pods(store: Store) -> None:
+    add_node(store, "n1")
+    add_pod(store, "volcano", scheduler="volcano")
+    add_pod(store, "pinned", nodeName="elsewhere")
+    SimScheduler(store).schedule_once()
+    assert get(store, "volcano")["status"] == {}
+    assert get(store, "pinned")["spec"]["nodeName"] == "elsewhere"
+    assert get(store, "pinned")["status"] == {}
+
+
+def test_a_changed_reason_is_written_once_and_repeats_are_not(store: Store) -> None:
+    add_node(store, "n1", cpu="1")
+    add_pod(store, "p", requests={"cpu": "2"})
+    scheduler = SimScheduler(store)
+    scheduler.schedule_once()
+    first = scheduled(store, "p")
+    rv = store.resource_version
+    scheduler.schedule_once()
+    assert store.resource_version == rv
+    add_node(store, "n2", cpu="1")
+    scheduler.schedule_once()
+    second = scheduled(store, "p")
+    assert second["message"].startswith("0/2 nodes are available: 2 Insufficient cpu.")
+    assert second["lastTransitionTime"] == first["lastTransitionTime"]  # status stayed False
+    assert len(events_for(store, "p", "FailedScheduling")) == 2
+
+
+# -- the loop --------------------------------------------------------------------------
+
+
+async def test_retries_when_a_node_appears(store: Store, running: SimScheduler) -> None:
+    add_pod(store, "train", limits={"nvidia.com/gpu": "1"})
+    await until(lambda: scheduled(store, "train").get("reason") == "Unschedulable")
+    add_node(store, "gpu-1", gpus=1)
+    await until(lambda: get(store, "train")["spec"].get("nodeName") == "gpu-1")
+    assert scheduled(store, "train")["status"] == "True"
+
+
+async def test_retries_when_a_pod_is_deleted(store: Store, running: SimScheduler) -> None:
+    add_node(store, "gpu-1", gpus=1)
+    add_pod(store, "first", limits={"nvidia.com/gpu": "1"})
+    await until(lambda: get(store, "first")["spec"].get("nodeName") == "gpu-1")
+    add_pod(store, "second", limits={"nvidia.com/gpu": "1"})
+    await until(lambda: scheduled(store, "second").get("reason") == "Unschedulable")
+    store.delete(PODS, "default", "first")  # graceful: still holds its GPU
+    await asyncio.sleep(0.1)
+    assert "nodeName" not in get(store, "second")["spec"]
+    store.force_remove(PODS, "default", "first")  # what the kubelet does at the end
+    await until(lambda: get(store, "second")["spec"].get("nodeName") == "gpu-1")
+
+
+async def test_no_writes_after_settling(store: Store, running: SimScheduler) -> None:
+    add_node(store, "gpu-1", gpus=1, taints=[GPU_TAINT])
+    add_node(store, "gpu-2", gpus=1)
+    add_pod(store, "bound", limits={"nvidia.com/gpu": "1"})
+    add_pod(store, "stuck", limits={"nvidia.com/gpu": "1"})
+    add_pod(store, "gated", schedulingGates=[{"name": "x"}])
+    add_pod(store, "other", scheduler="volcano")
+    await until(lambda: scheduled(store, "stuck").get("reason") == "Unschedulable")
+    await asyncio.sleep(0.1)
+    rv = store.resource_version
+    await asyncio.sleep(0.3)  # six resync periods
+    assert store.resource_version == rv
+    assert get(store, "bound")["spec"]["nodeName"] == "gpu-2"
+
+
+def test_identical_pods_share_a_verdict_only_until_the_next_bind(store: Store) -> None:
+    add_node(store, "n1", gpus=2, cpu="2")
+    big = {"nvidia.com/gpu": "2", "cpu": "3"}
+    add_pod(store, "a-big", limits=big)
+    add_pod(store, "b-small", limits={"nvidia.com/gpu": "1"})
+    add_pod(store, "c-big", limits=big)
+    add_pod(store, "d-big", limits=big)
+    SimScheduler(store).schedule_once()
+    assert get(store, "b-small")["spec"]["nodeName"] == "n1"
+    before = "0/1 nodes are available: 1 Insufficient cpu."
+    after = "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient nvidia.com/gpu."
+    assert scheduled(store, "a-big")["message"].startswith(before + " preemption")
+    assert scheduled(store, "c-big")["message"].startswith(after)
+    assert scheduled(store, "d-big")["message"] == scheduled(store, "c-big")["message"]
