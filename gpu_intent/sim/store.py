@@ -321,6 +321,11 @@ class Store:
             await asyncio.wait_for(self._changed.wait(), max_seconds)
         except TimeoutError:
             return False
+        # On Python 3.11, wait_for can swallow a cancel that lands in the same step as
+        # the change it was waiting for; re-raise it so the caller's loop stops.
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
         return True
 
     # -- reads ---------------------------------------------------------------------
