@@ -12,6 +12,7 @@ from controller_fixtures import T0, gpu_pod, nodeclaim, nodepool
 
 from gpu_intent.controller.model import (
     GroupKey,
+    PendingPod,
     PodRef,
     ScaleUpStatus,
     parse_nodeclaim,
@@ -92,7 +93,7 @@ def test_two_half_gpu_pods_of_one_model_share_one_whole_gpu_trigger() -> None:
     assert result.demand[GroupKey("gpu-standard", "l4")] == Decimal(1)
 
 
-def test_fractions_are_packed_first_fit_decreasing_into_whole_gpus() -> None:
+def test_fractions_are_packed_best_fit_decreasing_into_whole_gpus() -> None:
     pods = snapshot(
         [
             gpu_pod("a", "0.5", model="l4"),
@@ -101,11 +102,24 @@ def test_fractions_are_packed_first_fit_decreasing_into_whole_gpus() -> None:
             gpu_pod("d", "1.5", model="l4"),
         ]
     ).pods
-    bins = pack(p for p in pods if not isinstance(p, type(None)))  # type: ignore[misc]
+    bins = pack(p for p in pods if isinstance(p, PendingPod))
     sizes = sorted((b.size, sorted(p.ref.name for p in b.pods)) for b in bins)
-    # d (1.5) takes a 2-GPU bin and leaves 0.5, which a (0.5) fills; c (0.6) opens a new
-    # bin, b (0.3) fits beside it.
+    # d (1.5) takes a 2-GPU bin and leaves 0.5, which a (0.5) fills exactly; c (0.6)
+    # opens a new bin, b (0.3) fits beside it.
     assert sizes == [(1, ["b", "c"]), (2, ["a", "d"])]
+
+
+def test_packing_fills_the_tightest_bin_so_fractions_need_the_fewest_gpus() -> None:
+    shares = {"a": "0.6", "b": "0.5", "c": "0.4", "d": "0.3", "e": "0.2"}
+    pods = snapshot([gpu_pod(name, share, model="l4") for name, share in shares.items()]).pods
+    bins = pack(p for p in pods if isinstance(p, PendingPod))
+    assert sorted(sorted(p.ref.name for p in b.pods) for b in bins) == [["a", "c"], ["b", "d", "e"]]
+    assert [
+        c.gpus
+        for c in plan(
+            snapshot([gpu_pod(n, v, model="l4") for n, v in shares.items()]), CONFIG
+        ).creates
+    ] == [1, 1]
 
 
 def test_different_models_get_separate_triggers_on_the_pool_that_offers_them() -> None:
