@@ -1,0 +1,310 @@
+"""Both sides of the story, end to end: the real webhook over TLS, the real controller
+through kubernetes_asyncio, against the simulated cluster's HTTPS API."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from gpu_intent.certs import write_tls_files
+from gpu_intent.controller import informer as informer_module
+from gpu_intent.controller.kube import PODS, Kube, load_configuration
+from gpu_intent.controller.model import ScaleUpStatus
+from gpu_intent.controller.plan import PlanConfig
+from gpu_intent.controller.reconciler import Controller, ControllerConfig
+from gpu_intent.controller.triggers import TriggerSettings
+from gpu_intent.demo import apply, default_examples, load_manifests, webhook_configuration
+from gpu_intent.intent import Intent
+from gpu_intent.sim.cluster import SimCluster
+from gpu_intent.sim.nodeclaims import KarpenterTimings
+from gpu_intent.webhook import server as webhook_server
+
+FAST = KarpenterTimings(
+    batch_idle_seconds=0.05,
+    batch_max_seconds=0.5,
+    requeue_seconds=0.5,
+    launch_seconds=0.05,
+    register_seconds=0.1,
+    initialize_seconds=0.05,
+)
+TRIGGERS_NS = "gpu-intent-system"
+
+
+@dataclass
+class Env:
+    cluster: SimCluster
+    api: client.ApiClient
+    kube: Kube
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    async def pods(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        items, _ = await self.kube.list(PODS, namespace=namespace, label_selector=label_selector)
+        return items
+
+    async def nodeclaims(self) -> list[dict[str, Any]]:
+        from gpu_intent.controller.kube import NODECLAIMS
+
+        items, _ = await self.kube.list(NODECLAIMS)
+        return items
+
+    async def events(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        response = await self.core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name}", _preload_content=False
+        )
+        return list((await response.json())["items"])
+
+    def controller(self, **plan: Any) -> Controller:
+        config = ControllerConfig(
+            plan=PlanConfig(
+                trigger=TriggerSettings(namespace=TRIGGERS_NS),
+                default_nodepool="gpu-standard",
+                **plan,
+            ),
+            idle_seconds=0.02,
+            max_delay_seconds=0.2,
+            resync_seconds=0.5,
+        )
+        return Controller(self.kube, config)
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    tls = write_tls_files(tmp_path / "webhook", ["localhost"], ["127.0.0.1"])
+    async with SimCluster(
+        tmp_path / "cluster", karpenter=FAST, scheduler_resync_seconds=0.1
+    ) as cluster:
+        runner = await webhook_server.start(
+            webhook_server.make_app(),
+            "127.0.0.1",
+            0,
+            webhook_server.ssl_context(str(tls.cert), str(tls.key)),
+        )
+        cfg = await load_configuration(str(cluster.kubeconfig))
+        api = client.ApiClient(configuration=cfg)
+        kube = Kube(client.ApiClient(configuration=cfg))
+        try:
+            for doc in load_manifests(default_examples()):
+                if doc["kind"] != "Pod":
+                    await apply(api, doc)
+            url = f"https://127.0.0.1:{runner.addresses[0][1]}/mutate"
+            await apply(api, webhook_configuration(url, tls.ca_cert.read_bytes()))
+            yield Env(cluster, api, kube)
+            assert cluster.failed_components() == []
+        finally:
+            await kube.close()
+            await api.close()
+            await runner.cleanup()
+
+
+async def create_workloads(env: Env) -> list[dict[str, Any]]:
+    return [
+        await apply(env.api, doc)
+        for doc in load_manifests(default_examples())
+        if doc["kind"] == "Pod"
+    ]
+
+
+async def eventually(check: Any, seconds: float = 15.0) -> Any:
+    """Poll ``check()`` (async) until it returns something truthy, or fail."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while True:
+        result = await check()
+        if result:
+            return result
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"condition not met within {seconds}s: {check.__name__}")
+        await asyncio.sleep(0.05)
+
+
+def intent_of(pod: dict[str, Any]) -> Intent | None:
+    return Intent.from_annotations(pod["metadata"].get("annotations"))
+
+
+def is_native(pod: dict[str, Any]) -> bool:
+    intent = intent_of(pod)
+    return intent is not None and "resources:nvidia.com/gpu" in intent.source
+
+
+async def test_without_controller_sharing_layer_pods_stay_pending_while_whole_gpu_pod_gets_a_node(
+    env: Env,
+) -> None:
+    await create_workloads(env)
+
+    async def native_bound_and_others_refused() -> bool:
+        pods = await env.pods("ml")
+        native = [p for p in pods if is_native(p)]
+        shared = [p for p in pods if not is_native(p)]
+        if len(native) != 1 or len(shared) != 4 or not native[0]["spec"].get("nodeName"):
+            return False
+        for pod in shared:
+            events = await env.events("ml", pod["metadata"]["name"])
+            if not any(
+                e["reason"] == "FailedScheduling" and e["source"].get("component") == "karpenter"
+                for e in events
+            ):
+                return False
+        return True
+
+    await eventually(native_bound_and_others_refused)
+    # Karpenter keeps re-evaluating (requeue 0.5 s here): give it several rounds.
+    await asyncio.sleep(2.0)
+    pods = await env.pods("ml")
+    shared = [p for p in pods if not is_native(p)]
+    assert all(not p["spec"].get("nodeName") and p["status"]["phase"] == "Pending" for p in shared)
+    for pod in shared:
+        condition = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+        assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+        events = await env.events("ml", pod["metadata"]["name"])
+        karpenter = [e for e in events if e["source"].get("component") == "karpenter"]
+        assert any("Failed to schedule pod" in e["message"] for e in karpenter)
+    claims = await env.nodeclaims()
+    assert len(claims) == 1, "only the whole-GPU pod's NodeClaim"
+    assert claims[0]["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "g4dn.xlarge"
+
+
+async def test_with_controller_every_pod_binds_triggers_go_and_gpus_match_the_need(
+    env: Env,
+) -> None:
+    controller = env.controller()
+    task = asyncio.create_task(controller.run())
+    try:
+        await asyncio.wait_for(controller.ready.wait(), 5)
+        await create_workloads(env)
+
+        async def all_bound_no_triggers() -> bool:
+            pods = await env.pods("ml")
+            triggers = await env.pods(TRIGGERS_NS, "gpu-intent.io/trigger=true")
+            return len(pods) == 5 and all(p["spec"].get("nodeName") for p in pods) and not triggers
+
+        await eventually(all_bound_no_triggers, 20)
+        pods = await env.pods("ml")
+        claims = await env.nodeclaims()
+        # GPUs bought per model equal the pods' needs, fractions summed and rounded up.
+        needed: dict[str, Decimal] = defaultdict(Decimal)
+        for pod in pods:
+            intent = intent_of(pod)
+            assert intent is not None and intent.model is not None
+            needed[intent.model] += intent.gpus
+        bought: dict[str, int] = defaultdict(int)
+        for claim in claims:
+            labels = claim["metadata"]["labels"]
+            bought[labels["karpenter.k8s.aws/instance-gpu-name"]] += int(
+                labels["karpenter.k8s.aws/instance-gpu-count"]
+            )
+        assert dict(bought) == {model: math.ceil(gpus) for model, gpus in needed.items()}
+        assert dict(bought) == {"t4": 1, "a10g": 1, "l4": 1, "l40s": 1}
+        # Both KAI halves share one L4 node.
+        kai_nodes = {
+            p["spec"]["nodeName"] for p in pods if p["metadata"]["name"].startswith("kai-half")
+        }
+        assert len(kai_nodes) == 1
+        # What `kubectl describe pod` shows: intent, scale-up status, events from gpu-intent.
+        hami = next(p for p in pods if p["metadata"]["name"] == "hami-vgpu")
+        annotations = hami["metadata"]["annotations"]
+        assert annotations["gpu-intent.io/model"] == "a10g"
+        assert annotations["gpu-intent.io/gpu-memory"] == "8000"
+        status = ScaleUpStatus.from_annotation(annotations["gpu-intent.io/scale-up"])
+        assert (
+            status is not None
+            and status.phase == "NodeReady"
+            and status.node == hami["spec"]["nodeName"]
+        )
+        reasons = [
+            e["reason"]
+            for e in await env.events("ml", "hami-vgpu")
+            if e["source"].get("component") == "gpu-intent-controller"
+        ]
+        assert reasons[:3] == ["Triggered", "Provisioning", "NodeReady"] or set(reasons) >= {
+            "Triggered",
+            "NodeReady",
+        }
+        native = next(p for p in pods if is_native(p))
+        native_status = ScaleUpStatus.from_annotation(
+            native["metadata"]["annotations"]["gpu-intent.io/scale-up"]
+        )
+        assert native_status is not None and native_status.phase == "Native"
+        # Settled: another pass decides nothing.
+        assert not await controller.reconcile_once()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_controller_never_deletes_a_pod_it_did_not_create(env: Env) -> None:
+    decoys = [
+        # Trigger labels but none of our annotations: unidentifiable, left alone.
+        {
+            "metadata": {
+                "name": "decoy-labels",
+                "labels": {
+                    "gpu-intent.io/trigger": "true",
+                    "app.kubernetes.io/managed-by": "gpu-intent",
+                },
+            }
+        },
+        # An ordinary pod in our namespace.
+        {"metadata": {"name": "decoy-plain"}},
+    ]
+    for decoy in decoys:
+        body = {"apiVersion": "v1", "kind": "Pod", **decoy}
+        body["metadata"]["namespace"] = TRIGGERS_NS
+        body["spec"] = {
+            "containers": [{"name": "c", "image": "busybox:1"}],
+            "nodeSelector": {"none": "none"},
+        }
+        await apply(env.api, body)
+    controller = env.controller()
+    task = asyncio.create_task(controller.run())
+    try:
+        await asyncio.wait_for(controller.ready.wait(), 5)
+        for _ in range(5):
+            await controller.reconcile_once()
+        names = sorted(p["metadata"]["name"] for p in await env.pods(TRIGGERS_NS))
+        assert names == ["decoy-labels", "decoy-plain"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_informer_relists_after_410_and_sees_later_changes(env: Env) -> None:
+    controller = env.controller()
+    for informer in controller.informers:
+        informer.watch_seconds = 1  # the server ends each watch after 1 s
+    expired = informer_module.RESTARTS.labels("pending-pods", "expired")
+    before = expired._value.get()
+    task = asyncio.create_task(controller.run())
+    try:
+        await asyncio.wait_for(controller.ready.wait(), 5)
+        # A write the pod informers never see (bookmarks would otherwise keep their
+        # resourceVersion current), then etcd compaction: their next watch from the
+        # older resourceVersion gets 410 Gone.
+        await apply(
+            env.api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "unrelated"}}
+        )
+        env.cluster.store.compact()
+        await eventually(lambda: asyncio.sleep(0, expired._value.get() > before), 5)
+        await create_workloads(env)
+
+        async def relisted_and_caught_up() -> bool:
+            pending = controller.state.objects("pending-pods")
+            return (
+                expired._value.get() > before
+                and len([p for p in pending if p["metadata"]["namespace"] == "ml"]) == 5
+            )
+
+        await eventually(relisted_and_caught_up, 10)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
