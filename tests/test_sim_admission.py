@@ -33,8 +33,11 @@ Respond = Callable[[dict[str, Any]], Awaitable[web.StreamResponse]]
 
 
 def review_response(request: dict[str, Any], **response: Any) -> web.Response:
-    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "response": {"uid": request["request"]["uid"], "allowed": True, **response}}
+    body = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {"uid": request["request"]["uid"], "allowed": True, **response},
+    }
     return web.json_response(body)
 
 
@@ -64,9 +67,20 @@ class Webhook:
         webhook = {
             "name": f"{name}.pods.example.com",
             "clientConfig": {"url": self.url + path, "caBundle": self.ca_bundle},
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+            "rules": [
+                {
+                    "operations": ["CREATE"],
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "resources": ["pods"],
+                }
+            ],
             "namespaceSelector": {"matchLabels": ENABLED},
-            "objectSelector": {"matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]},
+            "objectSelector": {
+                "matchExpressions": [
+                    {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
+                ]
+            },
             "sideEffects": "None",
             "admissionReviewVersions": ["v1"],
             "failurePolicy": "Ignore",
@@ -133,16 +147,33 @@ def gpu_pod(name: str | None = None, labels: dict[str, str] | None = None) -> di
     """The pod of fixture 01 (a ReplicaSet's generateName pod asking for 2 GPUs)."""
     meta: dict[str, Any] = {"name": name} if name else {"generateName": "trainer-7d9f8-"}
     meta["labels"] = labels or {"app": "trainer"}
-    meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "trainer-7d9f8",
-                                "uid": "0f3b2a7e-5d1c-4a8e-9b6f-1c2d3e4f5a6b", "controller": True,
-                                "blockOwnerDeletion": True}]
+    meta["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "name": "trainer-7d9f8",
+            "uid": "0f3b2a7e-5d1c-4a8e-9b6f-1c2d3e4f5a6b",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
     return {
         "metadata": meta,
         "spec": {
-            "containers": [{"name": "trainer", "image": "example.registry/trainer:1",
-                            "resources": {"limits": {"nvidia.com/gpu": "2"}, "requests": {"cpu": "4", "memory": "16Gi"}}}],
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "example.registry/trainer:1",
+                    "resources": {
+                        "limits": {"nvidia.com/gpu": "2"},
+                        "requests": {"cpu": "4", "memory": "16Gi"},
+                    },
+                }
+            ],
             "nodeSelector": {"karpenter.k8s.aws/instance-gpu-name": "a100"},
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ],
         },
     }
 
@@ -185,15 +216,26 @@ def hami_pod() -> dict[str, Any]:
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "30", "nvidia.com/gpumem": "3k"}
     return {
         "metadata": {"name": "hami-vgpu", "annotations": {"nvidia.com/use-gputype": "A100,H100"}},
-        "spec": {"containers": [{"name": "c", "image": "ubuntu:22.04", "command": ["sleep", "infinity"],
-                                 "resources": {"limits": limits}}]},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "ubuntu:22.04",
+                    "command": ["sleep", "infinity"],
+                    "resources": {"limits": limits},
+                }
+            ]
+        },
     }
 
 
 def kai_pod() -> dict[str, Any]:
     return {
         "metadata": {"name": "kai-half", "annotations": {"gpu-fraction": "0.5"}},
-        "spec": {"schedulerName": "kai-scheduler", "containers": [{"name": "c", "image": "example.registry/nb:2"}]},
+        "spec": {
+            "schedulerName": "kai-scheduler",
+            "containers": [{"name": "c", "image": "example.registry/nb:2"}],
+        },
     }
 
 
@@ -283,10 +325,16 @@ async def test_patch_is_applied_before_validation_and_storage(
     cluster: Cluster, webhook: Webhook
 ) -> None:
     await register(cluster, webhook.config())
-    webhook.respond["/mutate"] = patch_response([
-        {"op": "add", "path": "/metadata/annotations", "value": {"gpu-intent.example.com/intent": "a100x2"}},
-        {"op": "replace", "path": "/spec/schedulerName", "value": "hami-scheduler"},
-    ])
+    webhook.respond["/mutate"] = patch_response(
+        [
+            {
+                "op": "add",
+                "path": "/metadata/annotations",
+                "value": {"gpu-intent.example.com/intent": "a100x2"},
+            },
+            {"op": "replace", "path": "/spec/schedulerName", "value": "hami-scheduler"},
+        ]
+    )
     created = await cluster.core.create_namespaced_pod("default", gpu_pod("p"))
     assert created.metadata.annotations == {"gpu-intent.example.com/intent": "a100x2"}
     assert created.spec.scheduler_name == "hami-scheduler"
@@ -420,13 +468,30 @@ async def test_untrusted_certificate_is_a_failed_call(
 @pytest.mark.parametrize(
     ("answer", "error"),
     [
-        (lambda r: web.json_response({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
-                                      "response": {"uid": "someone-else", "allowed": True}}),
-         'expected response.uid="'),
-        (lambda r: web.json_response({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1beta1",
-                                      "response": {"uid": r["request"]["uid"], "allowed": True}}),
-         "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview"),
-        (lambda r: web.Response(status=500, text="boom"), "the server responded with the status code 500"),
+        (
+            lambda r: web.json_response(
+                {
+                    "kind": "AdmissionReview",
+                    "apiVersion": "admission.k8s.io/v1",
+                    "response": {"uid": "someone-else", "allowed": True},
+                }
+            ),
+            'expected response.uid="',
+        ),
+        (
+            lambda r: web.json_response(
+                {
+                    "kind": "AdmissionReview",
+                    "apiVersion": "admission.k8s.io/v1beta1",
+                    "response": {"uid": r["request"]["uid"], "allowed": True},
+                }
+            ),
+            "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview",
+        ),
+        (
+            lambda r: web.Response(status=500, text="boom"),
+            "the server responded with the status code 500",
+        ),
         (lambda r: web.Response(text="not json"), "received invalid webhook response"),
     ],
 )
@@ -483,15 +548,29 @@ async def test_webhooks_run_in_name_order_and_reinvocation(
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"clientConfig": {"url": "https://127.0.0.1:1/mutate?x=1"}},
-         'webhooks[0].clientConfig.url: Invalid value: "https://127.0.0.1:1/mutate?x=1": query parameters are not permitted in the URL'),
-        ({"clientConfig": {"url": "http://127.0.0.1:1/mutate"}}, "'https' is the only allowed URL scheme"),
-        ({"clientConfig": {}}, "webhooks[0].clientConfig: Required value: exactly one of url or service is required"),
+        (
+            {"clientConfig": {"url": "https://127.0.0.1:1/mutate?x=1"}},
+            'webhooks[0].clientConfig.url: Invalid value: "https://127.0.0.1:1/mutate?x=1": query parameters are not permitted in the URL',
+        ),
+        (
+            {"clientConfig": {"url": "http://127.0.0.1:1/mutate"}},
+            "'https' is the only allowed URL scheme",
+        ),
+        (
+            {"clientConfig": {}},
+            "webhooks[0].clientConfig: Required value: exactly one of url or service is required",
+        ),
         ({"sideEffects": None}, "webhooks[0].sideEffects: Required value"),
         ({"admissionReviewVersions": []}, "webhooks[0].admissionReviewVersions: Required value"),
-        ({"timeoutSeconds": 31}, "webhooks[0].timeoutSeconds: Invalid value: 31: the timeout value must be between 1 and 30 seconds"),
+        (
+            {"timeoutSeconds": 31},
+            "webhooks[0].timeoutSeconds: Invalid value: 31: the timeout value must be between 1 and 30 seconds",
+        ),
         ({"name": "short"}, "should be a domain with at least three segments"),
-        ({"failurePolicy": "Sometimes"}, 'webhooks[0].failurePolicy: Unsupported value: "Sometimes"'),
+        (
+            {"failurePolicy": "Sometimes"},
+            'webhooks[0].failurePolicy: Unsupported value: "Sometimes"',
+        ),
     ],
 )
 async def test_invalid_configurations_are_422(

@@ -664,15 +664,33 @@ async def test_strategic_merge_and_apply_on_custom_resources_are_415(cluster: Cl
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodePool",
         "metadata": {"name": "gpu"},
-        "spec": {"template": {"spec": {
-            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-            "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
-        }}},
+        "spec": {
+            "template": {
+                "spec": {
+                    "nodeClassRef": {
+                        "group": "karpenter.k8s.aws",
+                        "kind": "EC2NodeClass",
+                        "name": "default",
+                    },
+                    "requirements": [
+                        {
+                            "key": "karpenter.sh/capacity-type",
+                            "operator": "In",
+                            "values": ["on-demand"],
+                        }
+                    ],
+                }
+            }
+        },
     }
     await cluster.custom.create_cluster_custom_object("karpenter.sh", "v1", "nodepools", nodepool)
     with pytest.raises(ApiException) as err:
         await cluster.custom.patch_cluster_custom_object(
-            "karpenter.sh", "v1", "nodepools", "gpu", {"spec": {"weight": 5}},
+            "karpenter.sh",
+            "v1",
+            "nodepools",
+            "gpu",
+            {"spec": {"weight": 5}},
             _content_type="application/strategic-merge-patch+json",
         )
     body = status_of(err)
@@ -689,7 +707,11 @@ async def test_strategic_merge_and_apply_on_custom_resources_are_415(cluster: Cl
     )
     assert status == 415 and "server-side apply" in body["message"]
     merged = await cluster.custom.patch_cluster_custom_object(
-        "karpenter.sh", "v1", "nodepools", "gpu", {"spec": {"weight": 5}},
+        "karpenter.sh",
+        "v1",
+        "nodepools",
+        "gpu",
+        {"spec": {"weight": 5}},
         _content_type="application/merge-patch+json",
     )
     assert merged["spec"]["weight"] == 5

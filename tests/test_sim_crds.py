@@ -155,9 +155,11 @@ def test_requirement_rules(store: Store, requirement: dict[str, Any], message: s
 
 
 def test_allowed_restricted_domain_keys(store: Store) -> None:
-    reqs = [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
-            {"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In", "values": ["a100"]},
-            {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Gt", "values": ["0"]}]
+    reqs = [
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
+        {"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In", "values": ["a100"]},
+        {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Gt", "values": ["0"]},
+    ]
     store.create(NODECLAIMS, nodeclaim(requirements=reqs))
 
 
@@ -178,28 +180,44 @@ def test_nodeclaim_status_conditions(store: Store) -> None:
     missing = condition()
     del missing["lastTransitionTime"]
     message = invalid_message(
-        store.mutate, NODECLAIMS, None, "nc",
-        lambda o: o["status"].update(conditions=[missing]), subresource="status",
+        store.mutate,
+        NODECLAIMS,
+        None,
+        "nc",
+        lambda o: o["status"].update(conditions=[missing]),
+        subresource="status",
     )
     assert message == (
         'NodeClaim.karpenter.sh "nc" is invalid: status.conditions[0].lastTransitionTime: Required value'
     )
     bad = [condition(status="Maybe"), condition("Registered", lastTransitionTime="yesterday")]
     message = invalid_message(
-        store.mutate, NODECLAIMS, None, "nc",
-        lambda o: o["status"].update(conditions=bad), subresource="status",
+        store.mutate,
+        NODECLAIMS,
+        None,
+        "nc",
+        lambda o: o["status"].update(conditions=bad),
+        subresource="status",
     )
     assert 'status.conditions[0].status: Unsupported value: "Maybe"' in message
     assert 'status.conditions[1].lastTransitionTime: Invalid value: "yesterday"' in message
     twice = [condition(), condition()]
     message = invalid_message(
-        store.mutate, NODECLAIMS, None, "nc",
-        lambda o: o["status"].update(conditions=twice), subresource="status",
+        store.mutate,
+        NODECLAIMS,
+        None,
+        "nc",
+        lambda o: o["status"].update(conditions=twice),
+        subresource="status",
     )
     assert "status.conditions[1]: Duplicate value" in message
     ok = store.mutate(
-        NODECLAIMS, None, "nc",
-        lambda o: o["status"].update(conditions=[condition()], capacity={"nvidia.com/gpu": "1"}, providerID="aws:///i-1"),
+        NODECLAIMS,
+        None,
+        "nc",
+        lambda o: o["status"].update(
+            conditions=[condition()], capacity={"nvidia.com/gpu": "1"}, providerID="aws:///i-1"
+        ),
         subresource="status",
     )
     assert ok["status"]["providerID"] == "aws:///i-1"
@@ -235,7 +253,10 @@ def test_nodepool_label_rules_and_transitions(store: Store) -> None:
     )
     store.create(NODEPOOLS, nodepool())
     message = invalid_message(
-        store.mutate, NODEPOOLS, None, "gpu",
+        store.mutate,
+        NODEPOOLS,
+        None,
+        "gpu",
         lambda o: o["spec"]["template"]["spec"]["nodeClassRef"].update(kind="Other"),
     )
     assert (
@@ -263,8 +284,12 @@ def test_nodepool_status_needs_reason_and_message(store: Store) -> None:
     cond = condition("Ready")
     del cond["reason"], cond["message"]
     message = invalid_message(
-        store.mutate, NODEPOOLS, None, "gpu",
-        lambda o: o["status"].update(conditions=[cond]), subresource="status",
+        store.mutate,
+        NODEPOOLS,
+        None,
+        "gpu",
+        lambda o: o["status"].update(conditions=[cond]),
+        subresource="status",
     )
     assert "status.conditions[0].message: Required value" in message
     assert "status.conditions[0].reason: Required value" in message
@@ -323,7 +348,10 @@ async def test_nodeclaim_over_http(custom: client.CustomObjectsApi) -> None:
     assert created["spec"]["expireAfter"] == "720h" and not created.get("status")
     with pytest.raises(ApiException) as err:
         await custom.patch_cluster_custom_object(
-            *GROUP, "nodeclaims", "nc", {"spec": {"expireAfter": "1h"}},
+            *GROUP,
+            "nodeclaims",
+            "nc",
+            {"spec": {"expireAfter": "1h"}},
             _content_type="application/merge-patch+json",
         )
     assert err.value.status == 422 and api_status(err)["message"].endswith("spec is immutable")
@@ -331,13 +359,19 @@ async def test_nodeclaim_over_http(custom: client.CustomObjectsApi) -> None:
     del missing["lastTransitionTime"]
     with pytest.raises(ApiException) as err:
         await custom.patch_cluster_custom_object_status(
-            *GROUP, "nodeclaims", "nc", {"status": {"conditions": [missing]}},
+            *GROUP,
+            "nodeclaims",
+            "nc",
+            {"status": {"conditions": [missing]}},
             _content_type="application/merge-patch+json",
         )
     assert err.value.status == 422
     assert "status.conditions[0].lastTransitionTime: Required value" in api_status(err)["message"]
     patched = await custom.patch_cluster_custom_object_status(
-        *GROUP, "nodeclaims", "nc", {"status": {"conditions": [condition()], "nodeName": "n1"}},
+        *GROUP,
+        "nodeclaims",
+        "nc",
+        {"status": {"conditions": [condition()], "nodeName": "n1"}},
         _content_type="application/merge-patch+json",
     )
     assert patched["status"]["nodeName"] == "n1" and patched["spec"] == created["spec"]
