@@ -545,12 +545,13 @@ class KarpenterSim:
         task = asyncio.current_task()
         try:
             while True:
+                seen = self._store.resource_version
                 try:
                     timeout = self.reconcile()
                 except Exception:  # a controller survives its own bugs and retries
                     log.exception("karpenter pass failed")
                     timeout = 1.0
-                await self._store.wait_changed(timeout)
+                await self._store.wait_changed(timeout, since=seen)
                 # Python 3.11's asyncio.wait_for (inside wait_changed) swallows a cancel
                 # that arrives as the store changes; honour it here.
                 if task is not None and task.cancelling():

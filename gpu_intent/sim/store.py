@@ -310,12 +310,19 @@ class Store:
         """Run ``validator(old, new)`` before every create/update of ``rt``."""
         self._validators.setdefault(rt, []).append(validator)
 
-    async def wait_changed(self, max_seconds: float | None = None) -> bool:
-        """Wait until the next write to any type (True) or ``max_seconds`` pass (False).
+    async def wait_changed(
+        self, max_seconds: float | None = None, *, since: int | None = None
+    ) -> bool:
+        """Wait for a write newer than resourceVersion ``since`` (default: now): True at
+        once if there already is one, True when one happens, False after ``max_seconds``.
 
         For the sim's in-process controllers (scheduler, Karpenter, kubelet), which
-        re-scan on change instead of each holding a watch.
+        re-scan on change instead of each holding a watch. Pass the resourceVersion read
+        *before* a pass as ``since``, so that writes made during the pass (one's own
+        included) are not lost.
         """
+        if self._rv > (self._rv if since is None else since):
+            return True
         self._changed.clear()
         try:
             await asyncio.wait_for(self._changed.wait(), max_seconds)
@@ -448,7 +455,7 @@ class Store:
         expected = meta.get("resourceVersion")
         if expected not in (None, "") and str(expected) != old["metadata"]["resourceVersion"]:
             raise Conflict(
-                f"Operation cannot be fulfilled on {rt.plural}.{rt.group or 'core'} "
+                f"Operation cannot be fulfilled on {rt.plural}{'.' + rt.group if rt.group else ''} "
                 f'"{old["metadata"]["name"]}": the object has been modified; please apply '
                 "your changes to the latest version and try again",
                 details={"name": old["metadata"]["name"], "kind": rt.plural},

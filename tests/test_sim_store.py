@@ -1,0 +1,142 @@
+"""The sim's object store: resourceVersion, conflicts, finalizers, graceful delete, watch."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gpu_intent.sim.store import (
+    NAMESPACES,
+    NODECLAIMS,
+    PODS,
+    AlreadyExists,
+    Conflict,
+    Gone,
+    Invalid,
+    NotFound,
+    Store,
+)
+
+
+@pytest.fixture
+def store() -> Store:
+    s = Store(history_limit=5)
+    s.create(NAMESPACES, {"metadata": {"name": "ns"}})
+    return s
+
+
+def pod(name: str = "p", **meta: object) -> dict[str, object]:
+    return {
+        "metadata": {"name": name, **meta},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
+
+
+def test_every_write_takes_the_next_resource_version_and_names_are_generated(store: Store) -> None:
+    first = store.create(PODS, {"metadata": {"generateName": "web-"}, "spec": {}}, "ns")
+    name = first["metadata"]["name"]
+    assert name.startswith("web-") and len(name) == len("web-") + 5
+    assert first["metadata"]["uid"] and first["metadata"]["creationTimestamp"]
+    second = store.mutate(PODS, "ns", name, lambda o: o["metadata"].update(labels={"a": "b"}))
+    assert (
+        int(second["metadata"]["resourceVersion"]) == int(first["metadata"]["resourceVersion"]) + 1
+    )
+    with pytest.raises(Invalid):
+        store.create(PODS, {"metadata": {}}, "ns")
+    with pytest.raises(AlreadyExists):
+        store.create(PODS, {"metadata": {"name": name}}, "ns")
+    with pytest.raises(NotFound):
+        store.create(PODS, pod(), "missing-namespace")
+
+
+def test_stale_update_is_a_conflict_and_status_is_a_subresource(store: Store) -> None:
+    created = store.create(PODS, pod(), "ns")
+    stale = dict(created, status={"phase": "Running"})
+    store.mutate(PODS, "ns", "p", lambda o: o["metadata"].update(labels={"x": "y"}))
+    with pytest.raises(Conflict):
+        store.update(PODS, stale)
+    current = store.get(PODS, "ns", "p")
+    current["status"] = {"phase": "Running"}
+    updated = store.update(PODS, current)
+    assert updated["status"] == {}, "a main-resource update ignores status"
+    with pytest.raises(Conflict, match='on pods "p": the object has been modified'):
+        store.update(PODS, current, subresource="status")
+    updated["status"] = {"phase": "Running"}
+    assert store.update(PODS, updated, subresource="status")["status"] == {"phase": "Running"}
+
+
+def test_finalizers_hold_deletion_until_the_last_one_is_removed(store: Store) -> None:
+    claim = {"metadata": {"name": "nc", "finalizers": ["karpenter.sh/termination"]}, "spec": {}}
+    store.create(NODECLAIMS, claim)
+    marked = store.delete(NODECLAIMS, None, "nc")
+    assert marked["metadata"]["deletionTimestamp"]
+    assert store.get(NODECLAIMS, None, "nc")
+    store.mutate(NODECLAIMS, None, "nc", lambda o: o["metadata"].update(finalizers=[]))
+    with pytest.raises(NotFound):
+        store.get(NODECLAIMS, None, "nc")
+
+
+def test_bound_pods_are_deleted_gracefully_and_unbound_ones_at_once(store: Store) -> None:
+    store.create(PODS, pod("unbound"), "ns")
+    store.delete(PODS, "ns", "unbound")
+    with pytest.raises(NotFound):
+        store.get(PODS, "ns", "unbound")
+    bound = pod("bound")
+    bound["spec"] = {"nodeName": "n1", "containers": []}
+    uid = store.create(PODS, bound, "ns")["metadata"]["uid"]
+    with pytest.raises(Conflict):
+        store.delete(PODS, "ns", "bound", precondition_uid="someone-else")
+    marked = store.delete(PODS, "ns", "bound", precondition_uid=uid)
+    assert marked["metadata"]["deletionGracePeriodSeconds"] == 30
+    store.force_remove(PODS, "ns", "bound")
+    with pytest.raises(NotFound):
+        store.get(PODS, "ns", "bound")
+
+
+async def test_watch_replays_from_a_resource_version_and_maps_selector_changes(
+    store: Store,
+) -> None:
+    start = store.resource_version
+    store.create(PODS, pod("a", labels={"team": "x"}), "ns")
+    store.mutate(PODS, "ns", "a", lambda o: o["metadata"].update(labels={"team": "y"}))
+    store.mutate(PODS, "ns", "a", lambda o: o["metadata"].update(labels={"team": "x"}))
+    watcher = store.watch(
+        PODS, None, start, lambda o: o["metadata"].get("labels", {}).get("team") == "x"
+    )
+    seen = [await anext(watcher) for _ in range(3)]
+    # Leaving the selection is DELETED, coming back is ADDED (the apiserver's cacher).
+    assert [e.type for e in seen] == ["ADDED", "DELETED", "ADDED"]
+    watcher.close()
+
+
+async def test_watch_from_a_compacted_resource_version_is_gone(store: Store) -> None:
+    start = store.resource_version
+    for i in range(7):  # history_limit is 5
+        store.create(PODS, pod(f"p{i}"), "ns")
+    with pytest.raises(Gone):
+        store.watch(PODS, None, start)
+    recent = store.resource_version - 1
+    assert (await anext(store.watch(PODS, None, recent))).type == "ADDED"
+
+
+async def test_slow_watcher_is_closed_instead_of_growing_without_bound() -> None:
+    store = Store(watch_queue_limit=3)
+    store.create(NAMESPACES, {"metadata": {"name": "ns"}})
+    watcher = store.watch(PODS, None, store.resource_version)
+    for i in range(5):
+        store.create(PODS, pod(f"p{i}"), "ns")
+    assert watcher.closed
+    events = [e async for e in watcher]
+    assert len(events) == 3
+
+
+async def test_wait_changed_does_not_lose_a_write_made_before_waiting(store: Store) -> None:
+    seen = store.resource_version
+    store.create(PODS, pod(), "ns")  # e.g. a controller's own write during its pass
+    assert await store.wait_changed(5, since=seen) is True
+    assert await store.wait_changed(0.01, since=store.resource_version) is False
+    waiter = asyncio.create_task(store.wait_changed(5))
+    await asyncio.sleep(0)
+    store.create(PODS, pod("q"), "ns")
+    assert await waiter is True
