@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import os
+import signal
+import ssl
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 from gpu_intent import __version__
 
@@ -142,6 +144,19 @@ async def _run_controller(args: argparse.Namespace) -> None:
         await kube.close()
 
 
+async def _until_signalled(coro: Coroutine[Any, Any, None]) -> None:
+    """Run ``coro`` until it ends or SIGTERM/SIGINT arrives (Kubernetes stops pods with
+    SIGTERM), then cancel it so its clean-up runs."""
+    task = asyncio.ensure_future(coro)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        log.info("stopped by signal")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = build_parser().parse_args(argv)
@@ -163,18 +178,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.examples, max_seconds=args.timeout, with_controller=not args.without_controller
             )
         )
-    with contextlib.suppress(KeyboardInterrupt):
-        if args.command == "webhook":
-            from gpu_intent.webhook.server import serve
+    if args.command == "webhook":
+        from gpu_intent.webhook.server import serve
 
-            host, port = args.listen
-            asyncio.run(serve(host, port, args.tls_cert_file, args.tls_key_file))
-        elif args.command == "controller":
-            from gpu_intent.controller.kube import KubeError
+        host, port = args.listen
+        try:
+            asyncio.run(_until_signalled(serve(host, port, args.tls_cert_file, args.tls_key_file)))
+        except (OSError, ssl.SSLError) as e:
+            log.error("webhook: %s", e)
+            return 1
+    elif args.command == "controller":
+        from gpu_intent.controller.kube import KubeError
 
-            try:
-                asyncio.run(_run_controller(args))
-            except KubeError as e:
-                log.error("%s", e)
-                return 1
+        try:
+            asyncio.run(_until_signalled(_run_controller(args)))
+        except (KubeError, OSError) as e:
+            log.error("controller: %s", e)
+            return 1
     return 0

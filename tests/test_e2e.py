@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e_support import FAST, TRIGGERS_NS, eventually
 from kubernetes_asyncio import client
 
 from gpu_intent.certs import write_tls_files
@@ -25,18 +26,7 @@ from gpu_intent.controller.triggers import TriggerSettings
 from gpu_intent.demo import apply, default_examples, load_manifests, webhook_configuration
 from gpu_intent.intent import Intent
 from gpu_intent.sim.cluster import SimCluster
-from gpu_intent.sim.nodeclaims import KarpenterTimings
 from gpu_intent.webhook import server as webhook_server
-
-FAST = KarpenterTimings(
-    batch_idle_seconds=0.05,
-    batch_max_seconds=0.5,
-    requeue_seconds=0.5,
-    launch_seconds=0.05,
-    register_seconds=0.1,
-    initialize_seconds=0.05,
-)
-TRIGGERS_NS = "gpu-intent-system"
 
 
 @dataclass
@@ -114,18 +104,6 @@ async def create_workloads(env: Env) -> list[dict[str, Any]]:
         for doc in load_manifests(default_examples())
         if doc["kind"] == "Pod"
     ]
-
-
-async def eventually(check: Any, seconds: float = 15.0) -> Any:
-    """Poll ``check()`` (async) until it returns something truthy, or fail."""
-    deadline = asyncio.get_running_loop().time() + seconds
-    while True:
-        result = await check()
-        if result:
-            return result
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"condition not met within {seconds}s: {check.__name__}")
-        await asyncio.sleep(0.05)
 
 
 def intent_of(pod: dict[str, Any]) -> Intent | None:

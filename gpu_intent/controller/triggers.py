@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,14 +164,3 @@ def trigger_pod(
         },
         "spec": spec,
     }
-
-
-def trigger_matches(body: Mapping[str, Any], group: GroupKey, gpus: int) -> bool:
-    """Whether a trigger body stands for ``gpus`` GPUs of ``group`` (used by tests and
-    the demo's report)."""
-    annotations = (body.get("metadata") or {}).get("annotations") or {}
-    return (
-        annotations.get(ANNOTATION_POOL) == group.pool
-        and (annotations.get(ANNOTATION_MODEL) or None) == group.model
-        and annotations.get(ANNOTATION_GPUS) == str(gpus)
-    )
