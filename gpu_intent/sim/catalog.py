@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Final
 
-from gpu_intent.sim.requirements import Requirement, Requirements, from_labels
+from gpu_intent.sim.requirements import AWS_INSTANCE_LABELS, Requirement, Requirements, from_labels
 
 __all__ = [
     "AWS_INSTANCE_LABELS",
@@ -52,28 +52,6 @@ _GIB: Final = 1024 * _MIB
 _ROOT_VOLUME_BYTES: Final = 20 * _GIB
 #: ``VMMemoryOverheadPercent`` default of the AWS provider.
 _VM_MEMORY_OVERHEAD: Final = 0.075
-
-#: ``karpenter.k8s.aws/*`` instance labels the AWS provider registers as well known
-#: (``pkg/apis/v1/labels.go``); an instance type lacking one has a DoesNotExist
-#: requirement on it (``computeRequirements``).
-AWS_INSTANCE_LABELS: Final = (
-    "karpenter.k8s.aws/instance-category",
-    "karpenter.k8s.aws/instance-family",
-    "karpenter.k8s.aws/instance-generation",
-    "karpenter.k8s.aws/instance-size",
-    "karpenter.k8s.aws/instance-cpu",
-    "karpenter.k8s.aws/instance-cpu-manufacturer",
-    "karpenter.k8s.aws/instance-memory",
-    "karpenter.k8s.aws/instance-hypervisor",
-    "karpenter.k8s.aws/instance-local-nvme",
-    "karpenter.k8s.aws/instance-gpu-name",
-    "karpenter.k8s.aws/instance-gpu-manufacturer",
-    "karpenter.k8s.aws/instance-gpu-count",
-    "karpenter.k8s.aws/instance-gpu-memory",
-    "karpenter.k8s.aws/instance-accelerator-name",
-    "karpenter.k8s.aws/instance-accelerator-manufacturer",
-    "karpenter.k8s.aws/instance-accelerator-count",
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,6 @@ tolerate <key>=<value>:<effect>``, ``... exceed limits for nodepool: "gpu"``.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import logging
@@ -542,20 +541,8 @@ class KarpenterSim:
     async def run(self) -> None:
         """Reconcile on every store change and timer until cancelled; a failed pass is
         logged and retried a second later."""
-        task = asyncio.current_task()
         try:
-            while True:
-                seen = self._store.resource_version
-                try:
-                    timeout = self.reconcile()
-                except Exception:  # a controller survives its own bugs and retries
-                    log.exception("karpenter pass failed")
-                    timeout = 1.0
-                await self._store.wait_changed(timeout, since=seen)
-                # Python 3.11's asyncio.wait_for (inside wait_changed) swallows a cancel
-                # that arrives as the store changes; honour it here.
-                if task is not None and task.cancelling():
-                    raise asyncio.CancelledError
+            await self._store.run_passes(self.reconcile, "karpenter")
         finally:
             self.close()
 

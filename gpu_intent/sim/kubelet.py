@@ -153,14 +153,7 @@ class SimKubelet:
 
     async def run(self) -> None:
         """Sync on every store change and when a timer is due, until cancelled."""
-        while True:
-            seen = self._store.resource_version
-            try:
-                wait = self.sync_once()
-            except Exception:  # a controller survives its own bugs and retries
-                log.exception("kubelet sync failed")
-                wait = 1.0
-            await self._store.wait_changed(wait, since=seen)
+        await self._store.run_passes(self.sync_once, "kubelet")
 
     def sync_once(self) -> float | None:
         """One pass over bound pods; returns seconds until the next timer (None: none)."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 __all__ = [
+    "AWS_INSTANCE_LABELS",
     "HOSTNAME_LABEL",
     "NODEPOOL_LABEL",
     "NORMALIZED_LABELS",
@@ -49,6 +50,28 @@ _UNBOUNDED: Final = sys.maxsize
 NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 
+#: ``karpenter.k8s.aws/*`` instance labels the AWS provider registers as well known
+#: (``pkg/apis/v1/labels.go``); an instance type lacking one has a DoesNotExist
+#: requirement on it (``computeRequirements``).
+AWS_INSTANCE_LABELS: Final = (
+    "karpenter.k8s.aws/instance-category",
+    "karpenter.k8s.aws/instance-family",
+    "karpenter.k8s.aws/instance-generation",
+    "karpenter.k8s.aws/instance-size",
+    "karpenter.k8s.aws/instance-cpu",
+    "karpenter.k8s.aws/instance-cpu-manufacturer",
+    "karpenter.k8s.aws/instance-memory",
+    "karpenter.k8s.aws/instance-hypervisor",
+    "karpenter.k8s.aws/instance-local-nvme",
+    "karpenter.k8s.aws/instance-gpu-name",
+    "karpenter.k8s.aws/instance-gpu-manufacturer",
+    "karpenter.k8s.aws/instance-gpu-count",
+    "karpenter.k8s.aws/instance-gpu-memory",
+    "karpenter.k8s.aws/instance-accelerator-name",
+    "karpenter.k8s.aws/instance-accelerator-manufacturer",
+    "karpenter.k8s.aws/instance-accelerator-count",
+)
+
 #: ``v1.WellKnownLabels`` with the AWS provider's ``init`` additions: a pod may require
 #: these even when a NodePool does not define them (``AllowUndefinedWellKnownLabels``).
 WELL_KNOWN_LABELS: Final = frozenset(
@@ -63,29 +86,13 @@ WELL_KNOWN_LABELS: Final = frozenset(
         "node.kubernetes.io/windows-build",
         "karpenter.k8s.aws/capacity-reservation-id",
         "karpenter.k8s.aws/capacity-reservation-type",
-        "karpenter.k8s.aws/instance-hypervisor",
         "karpenter.k8s.aws/instance-encryption-in-transit-supported",
-        "karpenter.k8s.aws/instance-category",
-        "karpenter.k8s.aws/instance-family",
-        "karpenter.k8s.aws/instance-generation",
-        "karpenter.k8s.aws/instance-size",
-        "karpenter.k8s.aws/instance-local-nvme",
-        "karpenter.k8s.aws/instance-cpu",
-        "karpenter.k8s.aws/instance-cpu-manufacturer",
         "karpenter.k8s.aws/instance-cpu-sustained-clock-speed-mhz",
-        "karpenter.k8s.aws/instance-memory",
         "karpenter.k8s.aws/instance-ebs-bandwidth",
         "karpenter.k8s.aws/instance-network-bandwidth",
-        "karpenter.k8s.aws/instance-gpu-name",
-        "karpenter.k8s.aws/instance-gpu-manufacturer",
-        "karpenter.k8s.aws/instance-gpu-count",
-        "karpenter.k8s.aws/instance-gpu-memory",
-        "karpenter.k8s.aws/instance-accelerator-name",
-        "karpenter.k8s.aws/instance-accelerator-manufacturer",
-        "karpenter.k8s.aws/instance-accelerator-count",
         "topology.k8s.aws/zone-id",
     }
-)
+) | frozenset(AWS_INSTANCE_LABELS)
 #: ``v1.NormalizedLabels``: deprecated aliases rewritten to the stable key.
 NORMALIZED_LABELS: Final = {
     "failure-domain.beta.kubernetes.io/zone": "topology.kubernetes.io/zone",

@@ -282,13 +282,12 @@ class SimScheduler:
 
     async def run(self) -> None:
         """Schedule on every store change and every ``resync_seconds``, until cancelled."""
-        while True:
-            seen = self._store.resource_version
-            try:
-                self.schedule_once()
-            except Exception:  # a controller survives its own bugs and retries
-                log.exception("scheduling pass failed")
-            await self._store.wait_changed(self._resync, since=seen)
+
+        def step() -> float:
+            self.schedule_once()
+            return self._resync
+
+        await self._store.run_passes(step, "scheduler")
 
     def schedule_once(self) -> int:
         """One pass over the pending pods; returns how many were bound."""

@@ -335,6 +335,24 @@ class Store:
             raise asyncio.CancelledError
         return True
 
+    async def run_passes(self, step: Callable[[], float | None], what: str) -> None:
+        """Run ``step`` now and again after every write, until cancelled: the loop of
+        the sim's in-process controllers.
+
+        ``step`` returns the seconds until it has timed work due (None: only a write
+        matters). Writes made during a step (its own included) trigger the next step.
+        A step that raises is logged and retried after 1 s: a controller survives its
+        own bugs, as real ones do.
+        """
+        while True:
+            seen = self._rv
+            try:
+                wait = step()
+            except Exception:
+                log.exception("%s pass failed; retrying in 1s", what)
+                wait = 1.0
+            await self.wait_changed(wait, since=seen)
+
     # -- reads ---------------------------------------------------------------------
 
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
