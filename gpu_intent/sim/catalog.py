@@ -204,149 +204,80 @@ def offering_requirements() -> tuple[Requirements, ...]:
     )
 
 
-def _t4(name: str, cpu: int, mem: int, gpus: int, price: str, pods: int, nvme: int) -> InstanceType:
-    return InstanceType(
-        name,
-        "g4dn",
-        "g",
-        "4",
-        name.split(".")[1],
-        cpu,
-        mem,
-        Decimal(price),
-        pods,
-        "intel",
-        nvme,
-        gpus,
-        "t4",
-        16384,
-        "Tesla-T4",
-        15360,
-        "turing",
-        (7, 5),
-    )
+@dataclass(frozen=True, slots=True)
+class _Gpu:
+    """One GPU model: the AWS label spelling and memory (``instance-gpu-memory``, MiB),
+    the GFD product string and memory (``nvidia.com/gpu.memory``, MiB), the GFD
+    architecture family and compute capability."""
+
+    name: str
+    memory_mib: int
+    product: str
+    gfd_memory_mib: int
+    family: str
+    compute: tuple[int, int]
 
 
-def _a10g(
-    name: str, cpu: int, mem: int, gpus: int, price: str, pods: int, nvme: int
+_T4 = _Gpu("t4", 16384, "Tesla-T4", 15360, "turing", (7, 5))
+_A10G = _Gpu("a10g", 22888, "NVIDIA-A10G", 23028, "ampere", (8, 6))
+_L4 = _Gpu("l4", 22888, "NVIDIA-L4", 23034, "ada-lovelace", (8, 9))
+# L40S and H100 SXM: GFD memory from public nvidia-smi output (approximate).
+_L40S = _Gpu("l40s", 45776, "NVIDIA-L40S", 46068, "ada-lovelace", (8, 9))
+_A100_40GB = _Gpu("a100", 40960, "NVIDIA-A100-SXM4-40GB", 40960, "ampere", (8, 0))
+_H100 = _Gpu("h100", 81920, "NVIDIA-H100-80GB-HBM3", 81559, "hopper", (9, 0))
+
+
+def _gpu_type(
+    name: str,
+    cpu: int,
+    memory_mib: int,
+    price: str,
+    max_pods: int,
+    cpu_vendor: str,
+    nvme_gb: int,
+    gpus: int,
+    gpu: _Gpu,
 ) -> InstanceType:
+    """A GPU instance type; family, category, generation and size come from ``name``
+    (``g6e.xlarge``: family g6e, category g, generation 6, size xlarge)."""
+    family, size = name.split(".")
+    generation = next(ch for ch in family if ch.isdigit())
     return InstanceType(
         name,
-        "g5",
-        "g",
-        "5",
-        name.split(".")[1],
+        family,
+        family[0],
+        generation,
+        size,
         cpu,
-        mem,
+        memory_mib,
         Decimal(price),
-        pods,
-        "amd",
-        nvme,
+        max_pods,
+        cpu_vendor,
+        nvme_gb,
         gpus,
-        "a10g",
-        22888,
-        "NVIDIA-A10G",
-        23028,
-        "ampere",
-        (8, 6),
+        gpu.name,
+        gpu.memory_mib,
+        gpu.product,
+        gpu.gfd_memory_mib,
+        gpu.family,
+        gpu.compute,
     )
 
 
-def _l4(name: str, cpu: int, mem: int, gpus: int, price: str, pods: int, nvme: int) -> InstanceType:
-    return InstanceType(
-        name,
-        "g6",
-        "g",
-        "6",
-        name.split(".")[1],
-        cpu,
-        mem,
-        Decimal(price),
-        pods,
-        "amd",
-        nvme,
-        gpus,
-        "l4",
-        22888,
-        "NVIDIA-L4",
-        23034,
-        "ada-lovelace",
-        (8, 9),
-    )
-
-
-#: The simulated cloud's instance types, cheapest first within a family.
+#: The simulated cloud's instance types, cheapest first within a family:
+#: name, vCPU, memory MiB, on-demand USD/hour, max pods, CPU vendor, local NVMe GB, GPUs.
 CATALOG: Final[tuple[InstanceType, ...]] = (
     InstanceType("m5.large", "m5", "m", "5", "large", 2, 8192, Decimal("0.096"), 29, "intel"),
-    _t4("g4dn.xlarge", 4, 16384, 1, "0.526", 29, 125),
-    _t4("g4dn.12xlarge", 48, 196608, 4, "3.912", 234, 900),
-    _a10g("g5.xlarge", 4, 16384, 1, "1.006", 58, 250),
-    _a10g("g5.12xlarge", 48, 196608, 4, "5.672", 737, 3800),
-    _l4("g6.xlarge", 4, 16384, 1, "0.8048", 58, 250),
-    _l4("g6.12xlarge", 48, 196608, 4, "4.6016", 234, 3760),
-    # L40S: GFD memory 46068 MiB from public nvidia-smi output (approximate).
-    InstanceType(
-        "g6e.xlarge",
-        "g6e",
-        "g",
-        "6",
-        "xlarge",
-        4,
-        32768,
-        Decimal("1.861"),
-        58,
-        "amd",
-        250,
-        1,
-        "l40s",
-        45776,
-        "NVIDIA-L40S",
-        46068,
-        "ada-lovelace",
-        (8, 9),
-    ),
-    InstanceType(
-        "p4d.24xlarge",
-        "p4d",
-        "p",
-        "4",
-        "24xlarge",
-        96,
-        1179648,
-        Decimal("32.7726"),
-        737,
-        "intel",
-        8000,
-        8,
-        "a100",
-        40960,
-        "NVIDIA-A100-SXM4-40GB",
-        40960,
-        "ampere",
-        (8, 0),
-    ),
-    # H100 SXM: GFD memory 81559 MiB from public nvidia-smi output (approximate).
-    InstanceType(
-        "p5.48xlarge",
-        "p5",
-        "p",
-        "5",
-        "48xlarge",
-        192,
-        2097152,
-        Decimal("98.32"),
-        100,
-        "amd",
-        30400,
-        8,
-        "h100",
-        81920,
-        "NVIDIA-H100-80GB-HBM3",
-        81559,
-        "hopper",
-        (9, 0),
-    ),
-)
+    _gpu_type("g4dn.xlarge", 4, 16384, "0.526", 29, "intel", 125, 1, _T4),
+    _gpu_type("g4dn.12xlarge", 48, 196608, "3.912", 234, "intel", 900, 4, _T4),
+    _gpu_type("g5.xlarge", 4, 16384, "1.006", 58, "amd", 250, 1, _A10G),
+    _gpu_type("g5.12xlarge", 48, 196608, "5.672", 737, "amd", 3800, 4, _A10G),
+    _gpu_type("g6.xlarge", 4, 16384, "0.8048", 58, "amd", 250, 1, _L4),
+    _gpu_type("g6.12xlarge", 48, 196608, "4.6016", 234, "amd", 3760, 4, _L4),
+    _gpu_type("g6e.xlarge", 4, 32768, "1.861", 58, "amd", 250, 1, _L40S),
+    _gpu_type("p4d.24xlarge", 96, 1179648, "32.7726", 737, "intel", 8000, 8, _A100_40GB),
+    _gpu_type("p5.48xlarge", 192, 2097152, "98.32", 100, "amd", 30400, 8, _H100),
+)  # fmt: skip
 
 
 def by_name(name: str, catalog: tuple[InstanceType, ...] = CATALOG) -> InstanceType:
