@@ -15,6 +15,7 @@ from gpu_intent.controller.model import (
     PendingPod,
     PodRef,
     ScaleUpStatus,
+    ScheduledPod,
     parse_nodeclaim,
     parse_nodepool,
     parse_pending_pod,
@@ -24,6 +25,7 @@ from gpu_intent.controller.plan import (
     NATIVE,
     NODE_READY,
     PROVISIONING,
+    SCHEDULED,
     TRIGGERED,
     UNRESOLVABLE,
     Plan,
@@ -440,3 +442,23 @@ def test_parse_trigger_rejects_pods_it_cannot_identify() -> None:
     assert parse_trigger(body) is not None
     body["metadata"]["annotations"]["gpu-intent.io/gpus"] = "one"
     assert parse_trigger(body) is None
+
+
+def test_pods_that_got_a_node_mid_scale_up_are_told_scheduled_with_the_time_it_took() -> None:
+    told = ScaleUpStatus(PROVISIONING, "launching", "gpu-intent-system/gi-x", "nc-1", None, T0)
+    bound = gpu_pod("a", "0.5", model="l4", status_annotation=told.to_annotation())
+    bound["spec"]["nodeName"] = "ip-10-0-0-1"
+    bound["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-21T12:00:07Z"}
+    ]
+    done = ScheduledPod.parse(bound)
+    assert (done.node, done.seconds_to_node) == ("ip-10-0-0-1", 7.0)
+    snap = snapshot([])
+    result = plan(
+        Snapshot(snap.pods, snap.triggers, snap.nodeclaims, snap.nodepools, NOW, [done]), CONFIG
+    )
+    [change] = result.statuses
+    assert change.status.phase == SCHEDULED
+    assert (change.status.node, change.status.node_claim) == ("ip-10-0-0-1", "nc-1")
+    assert change.event is not None and change.event.reason == "ScaleUpComplete"
+    assert change.seconds_to_node == 7.0

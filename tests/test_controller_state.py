@@ -104,3 +104,20 @@ def test_unsimulatable_names_unknown_resources_and_labels() -> None:
     assert not karpenter.is_copyable_label("kubernetes.io/hostname", set())
     assert not karpenter.is_copyable_label("karpenter.sh/unregistered", set())
     assert karpenter.is_copyable_label("karpenter.k8s.aws/instance-family", set())
+
+
+def test_a_pod_bound_while_being_scaled_up_for_is_remembered_until_told() -> None:
+    state = ClusterState(Clock())
+    state.replace(PENDING_PODS, [])
+    triggered = '{"phase":"Triggered","trigger":"gpu-intent-system/gi-x"}'
+    native = '{"phase":"Native"}'
+    for name, status, node in (("a", triggered, "n1"), ("b", native, "n1"), ("c", triggered, None)):
+        pod = gpu_pod(name, "1", model="l4", status_annotation=status)
+        if node:
+            pod["spec"]["nodeName"] = node
+        state.apply(PENDING_PODS, "ADDED", gpu_pod(name, "1", model="l4", status_annotation=status))
+        state.apply(PENDING_PODS, "DELETED", pod)  # bound (a, b) or deleted (c)
+    snap = state.snapshot(datetime(2026, 11, 21, tzinfo=UTC))
+    assert [(p.ref.name, p.node) for p in snap.scheduled] == [("a", "n1")]
+    state.forget_scheduled(("ml", "a"))
+    assert state.snapshot(datetime(2026, 11, 21, tzinfo=UTC)).scheduled == []

@@ -1,7 +1,7 @@
 """The controller's Prometheus registry and the metrics the reconciler updates.
 
 Informer metrics live beside the informer. Buckets: reconcile passes are expected to
-take milliseconds; time to a Ready node is tens of seconds to minutes (cloud launch
+take milliseconds; a pod's time to a node is tens of seconds to minutes (cloud launch
 plus registration, REFERENCE.md 1: launch timeout 5 min, registration 15 min).
 """
 
@@ -37,8 +37,8 @@ RECONCILE_SECONDS = Histogram(
     registry=REGISTRY,
 )
 TIME_TO_NODE = Histogram(
-    "gpu_intent_time_to_node_ready_seconds",
-    "From a pod turning Unschedulable to the NodeClaim bought for it being Ready.",
+    "gpu_intent_pod_time_to_node_seconds",
+    "From the creation of a pod gpu-intent scaled up for to its binding to a node.",
     buckets=(5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 900, 1800),
     registry=REGISTRY,
 )

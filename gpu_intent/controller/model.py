@@ -68,7 +68,8 @@ class ScaleUpStatus:
     ``phase``: ``Native`` (Karpenter provisions for it itself), ``Unresolvable`` (no
     NodePool fits), ``Triggered`` (a trigger pod stands for it), ``Provisioning`` (the
     trigger's NodeClaim is launching), ``NodeReady`` (the NodeClaim is Ready and the
-    trigger was removed: the pod's scheduler can place it).
+    trigger was removed: the pod's scheduler can place it), ``Scheduled`` (the pod got
+    a node; the scale-up is complete), ``InvalidIntent``.
     """
 
     phase: str
@@ -149,6 +150,40 @@ class InvalidPod:
     ref: PodRef
     error: str
     status: ScaleUpStatus | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledPod:
+    """A pod that got a node while the controller was scaling up for it: it is owed a
+    final ``Scheduled`` status. ``status`` is what it was last told."""
+
+    ref: PodRef
+    node: str
+    status: ScaleUpStatus | None
+    #: Seconds from the pod's creation to ``PodScheduled=True``, when both are known.
+    seconds_to_node: float | None = None
+
+    @classmethod
+    def parse(cls, obj: Mapping[str, Any]) -> ScheduledPod:
+        meta = _meta(obj)
+        annotations = meta.get("annotations") or {}
+        created = parse_time(meta.get("creationTimestamp"))
+        bound = next(
+            (
+                parse_time(c.get("lastTransitionTime"))
+                for c in (obj.get("status") or {}).get("conditions") or []
+                if isinstance(c, Mapping)
+                and c.get("type") == "PodScheduled"
+                and c.get("status") == "True"
+            ),
+            None,
+        )
+        return cls(
+            pod_ref(obj),
+            str((obj.get("spec") or {}).get("nodeName", "")),
+            ScaleUpStatus.from_annotation(annotations.get(ANNOTATION_SCALE_UP)),
+            (bound - created).total_seconds() if created and bound else None,
+        )
 
 
 @dataclass(frozen=True, slots=True)

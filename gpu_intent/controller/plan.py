@@ -15,7 +15,10 @@ Given the pending GPU pods, the live trigger pods, NodeClaims and NodePools, it 
    NodeClaim is Ready, the trigger is deleted and its pods are told ``NodeReady``;
 5. pods told ``NodeReady`` stay out of planning for ``cover_seconds`` while their
    NodeClaim stays Ready, so the gap between trigger deletion and the real pod binding
-   does not buy a second node.
+   does not buy a second node;
+6. pods that got a node while being scaled up for (often before their NodeClaim's
+   Ready was even seen: a sharing layer's scheduler may place them beside the unbound
+   trigger) are told ``Scheduled``, so no stale status outlives the scale-up.
 
 The executor (`gpu_intent.controller.reconciler`) applies the plan through the API adapter.
 """
@@ -38,6 +41,7 @@ from gpu_intent.controller.model import (
     PendingPod,
     PodRef,
     ScaleUpStatus,
+    ScheduledPod,
     TriggerInfo,
     parse_time,
 )
@@ -51,6 +55,7 @@ INVALID = "InvalidIntent"
 TRIGGERED = "Triggered"
 PROVISIONING = "Provisioning"
 NODE_READY = "NodeReady"
+SCHEDULED = "Scheduled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +87,8 @@ class Snapshot:
     nodeclaims: Mapping[str, NodeClaimInfo]
     nodepools: Mapping[str, NodePoolInfo]
     now: datetime
+    #: Pods that got a node while being scaled up for, owed a final status.
+    scheduled: Sequence[ScheduledPod] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +107,8 @@ class SetStatus:
     ref: PodRef
     status: ScaleUpStatus
     event: Event | None
+    #: For a ``Scheduled`` status: seconds from pod creation to binding (a metric).
+    seconds_to_node: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,6 +370,15 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
             )
             continue
         groups[GroupKey(pool.name, pod.intent.model, pod.selector)].append(pod)
+
+    for done in snapshot.scheduled:
+        claim_name = done.status.node_claim if done.status else None
+        message = f"scheduled on node {done.node}" + (
+            f" (NodeClaim {claim_name})" if claim_name else ""
+        )
+        status = ScaleUpStatus(SCHEDULED, message, None, claim_name, done.node, stamp)
+        event = Event("Normal", "ScaleUpComplete", message)
+        statuses.append(SetStatus(done.ref, status, event, done.seconds_to_node))
 
     live = [t for t in snapshot.triggers if not t.deleting]
     links = link_claims(live, claims, config.trigger.gpu_name_label)

@@ -23,11 +23,10 @@ from typing import Any
 from gpu_intent.controller import kube as kube_api
 from gpu_intent.controller import metrics
 from gpu_intent.controller.informer import Informer, InformerSpec
-from gpu_intent.controller.karpenter import unschedulable_condition
 from gpu_intent.controller.kube import Kube, KubeError
-from gpu_intent.controller.model import ANNOTATION_NODECLAIM, PodRef, parse_time
+from gpu_intent.controller.model import ANNOTATION_NODECLAIM, PodRef
 from gpu_intent.controller.plan import (
-    NODE_READY,
+    SCHEDULED,
     Event,
     Plan,
     PlanConfig,
@@ -53,12 +52,15 @@ COMPONENT = "gpu-intent-controller"
 class ControllerConfig:
     """Controller settings; ``plan`` holds the decision settings (see `PlanConfig`).
 
-    Times in seconds. ``concurrency``: API writes in flight at once.
+    Times in seconds. A pass runs ``idle_seconds`` after changes stop, at most
+    ``max_delay_seconds`` after the first: well inside Karpenter's 1 s batch idle window,
+    so a trigger whose pods already got a node is deleted before Karpenter acts on it
+    again. ``concurrency``: API writes in flight at once.
     """
 
     plan: PlanConfig = field(default_factory=PlanConfig)
     idle_seconds: float = 0.1
-    max_delay_seconds: float = 1.0
+    max_delay_seconds: float = 0.5
     resync_seconds: float = 5.0
     watch_seconds: int = 300
     concurrency: int = 8
@@ -251,21 +253,20 @@ class Controller:
             )
         except KubeError as e:
             if e.not_found:
+                self.state.forget_scheduled((ref.namespace, ref.name))
                 return True  # the pod is gone: nothing left to tell
             log.warning("updating scale-up status of pod %s: %s", ref, e)
             return False
-        self.state.expect(PENDING_PODS, obj)
+        if change.status.phase == SCHEDULED:
+            self.state.forget_scheduled((ref.namespace, ref.name))
+            if change.seconds_to_node is not None:
+                metrics.TIME_TO_NODE.observe(max(0.0, change.seconds_to_node))
+        elif not (obj.get("spec") or {}).get("nodeName"):
+            self.state.expect(PENDING_PODS, obj)
         log.info("pod %s: %s: %s", ref, change.status.phase, change.status.message)
-        if change.status.phase == NODE_READY:
-            self._observe_time_to_node(obj)
         if change.event is not None:
             await self._event(ref, change.event)
         return True
-
-    def _observe_time_to_node(self, pod: Mapping[str, Any]) -> None:
-        since = parse_time((unschedulable_condition(pod) or {}).get("lastTransitionTime"))
-        if since is not None:
-            metrics.TIME_TO_NODE.observe(max(0.0, (self.now() - since).total_seconds()))
 
     async def _event(self, ref: PodRef, event: Event) -> None:
         try:

@@ -20,13 +20,15 @@ from typing import Any
 from gpu_intent.controller.model import (
     InvalidPod,
     PendingPod,
+    ScaleUpStatus,
+    ScheduledPod,
     parse_nodeclaim,
     parse_nodepool,
     parse_pending_pod,
     parse_trigger,
 )
 from gpu_intent.controller.plan import Snapshot
-from gpu_intent.intent import is_trigger
+from gpu_intent.intent import ANNOTATION_SCALE_UP, is_trigger
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,10 @@ TRIGGERS = "triggers"
 NODECLAIMS = "nodeclaims"
 NODEPOOLS = "nodepools"
 KINDS = (PENDING_PODS, TRIGGERS, NODECLAIMS, NODEPOOLS)
+#: Scale-up phases after which a pod's binding deserves a final ``Scheduled`` status.
+TRACKED_PHASES = frozenset({"Triggered", "Provisioning", "NodeReady"})
+#: Most bound pods remembered while their final status is pending (memory bound).
+MAX_SCHEDULED = 10_000
 
 
 def key_of(obj: Obj) -> Key:
@@ -71,6 +77,7 @@ class ClusterState:
         self._expected: dict[str, dict[Key, _Expectation]] = {kind: {} for kind in KINDS}
         self._monotonic = monotonic
         self._expectation_seconds = expectation_seconds
+        self._scheduled: dict[Key, Obj] = {}
         self.synced: set[str] = set()
 
     def replace(self, kind: str, items: Iterable[Obj]) -> None:
@@ -87,10 +94,25 @@ class ClusterState:
         if event_type == "DELETED":
             self._objects[kind].pop(key, None)
             self._expected[kind].pop(key, None)
+            if kind == PENDING_PODS and self._was_scaled_up_and_bound(obj):
+                self._scheduled[key] = obj
             return
         self._objects[kind][key] = obj
         if expected is not None and expected.obj is not None and expected.rv == _rv(obj):
             del self._expected[kind][key]
+
+    def _was_scaled_up_and_bound(self, obj: Obj) -> bool:
+        """A pending-pods DELETED event for a pod that got a node (it left the
+        ``spec.nodeName=`` selection) while we were scaling up for it."""
+        if not (obj.get("spec") or {}).get("nodeName") or len(self._scheduled) >= MAX_SCHEDULED:
+            return False
+        raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SCALE_UP)
+        status = ScaleUpStatus.from_annotation(raw)
+        return status is not None and status.phase in TRACKED_PHASES
+
+    def forget_scheduled(self, key: Key) -> None:
+        """The bound pod's final status is written (or it is gone)."""
+        self._scheduled.pop(key, None)
 
     def expect(self, kind: str, obj: Obj) -> None:
         """We wrote ``obj`` (as the API returned it): see it until the watch does."""
@@ -144,4 +166,5 @@ class ClusterState:
                 )
             else:
                 triggers.append(trigger)
-        return Snapshot(pods, triggers, nodeclaims, nodepools, now)
+        scheduled = [ScheduledPod.parse(obj) for _, obj in sorted(self._scheduled.items())]
+        return Snapshot(pods, triggers, nodeclaims, nodepools, now, scheduled)
