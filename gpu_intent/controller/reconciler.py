@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -24,7 +24,7 @@ from gpu_intent.controller import kube as kube_api
 from gpu_intent.controller import metrics
 from gpu_intent.controller.informer import Informer, InformerSpec
 from gpu_intent.controller.kube import Kube, KubeError
-from gpu_intent.controller.model import ANNOTATION_NODECLAIM, PodRef
+from gpu_intent.controller.model import ANNOTATION_NODECLAIM, InvalidPod, PendingPod, PodRef
 from gpu_intent.controller.plan import (
     SCHEDULED,
     Event,
@@ -191,7 +191,7 @@ class Controller:
         self._observe(snapshot.pods, decided)
         return decided
 
-    def _observe(self, pods: Any, decided: Plan) -> None:
+    def _observe(self, pods: Sequence[PendingPod | InvalidPod], decided: Plan) -> None:
         phases: dict[str, int] = {}
         for pod in pods:
             phase = pod.status.phase if pod.status else "New"
