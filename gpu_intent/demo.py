@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
-from kubernetes_asyncio import client
+from kubernetes_asyncio import client, watch
 
 from gpu_intent.certs import write_tls_files
-from gpu_intent.controller.kube import Kube, load_configuration
+from gpu_intent.controller.kube import PODS, Kube, load_configuration
 from gpu_intent.controller.model import ScaleUpStatus
 from gpu_intent.controller.plan import PlanConfig
 from gpu_intent.controller.reconciler import Controller, ControllerConfig
@@ -285,8 +285,6 @@ async def _follow(
     args: tuple[Any, ...],
     handle: Callable[[str, dict[str, Any]], None],
 ) -> None:
-    from kubernetes_asyncio import watch
-
     while True:
         stream = watch.Watch(return_type="object")
         async with stream.stream(list_fn, *args, timeout_seconds=300) as events:
@@ -503,8 +501,6 @@ def _shown_stuck(timeline: Timeline, expected: int) -> bool:
 
 
 async def _list_triggers(kube: Kube) -> tuple[list[dict[str, Any]], str]:
-    from gpu_intent.controller.kube import PODS
-
     return await kube.list(
         PODS, namespace=TRIGGER_NAMESPACE, label_selector=f"{TRIGGER_LABEL}=true"
     )

@@ -18,7 +18,7 @@ from kubernetes_asyncio import client
 
 from gpu_intent.certs import write_tls_files
 from gpu_intent.controller import informer as informer_module
-from gpu_intent.controller.kube import PODS, Kube, load_configuration
+from gpu_intent.controller.kube import NODECLAIMS, PODS, Kube, load_configuration
 from gpu_intent.controller.model import ScaleUpStatus
 from gpu_intent.controller.plan import PlanConfig
 from gpu_intent.controller.reconciler import Controller, ControllerConfig
@@ -44,8 +44,6 @@ class Env:
         return items
 
     async def nodeclaims(self) -> list[dict[str, Any]]:
-        from gpu_intent.controller.kube import NODECLAIMS
-
         items, _ = await self.kube.list(NODECLAIMS)
         return items
 

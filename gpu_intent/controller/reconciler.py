@@ -137,8 +137,6 @@ class Controller:
             Informer(kube, spec, self.state, self._poked.set, watch_seconds=config.watch_seconds)
             for spec in specs
         ]
-        self.passes = 0
-        self.last_plan = Plan()
         self.ready = asyncio.Event()
 
     async def run(self) -> None:
@@ -185,8 +183,6 @@ class Controller:
         decided = plan(snapshot, self.config.plan)
         if decided:
             await self.apply(decided)
-        self.passes += 1
-        self.last_plan = decided
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         self._observe(snapshot.pods, decided)
         return decided

@@ -78,14 +78,12 @@ class ClusterState:
         self._monotonic = monotonic
         self._expectation_seconds = expectation_seconds
         self._scheduled: dict[Key, Obj] = {}
-        self.synced: set[str] = set()
 
     def replace(self, kind: str, items: Iterable[Obj]) -> None:
         """A (re)list: the cache for ``kind`` becomes exactly ``items``. A relist is
         newer than every write we made before it, so expectations are dropped."""
         self._objects[kind] = {key_of(obj): obj for obj in items}
         self._expected[kind].clear()
-        self.synced.add(kind)
 
     def apply(self, kind: str, event_type: str, obj: Obj) -> None:
         """One watch event (ADDED, MODIFIED, DELETED)."""
