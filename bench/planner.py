@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from gpu_intent.controller.model import parse_nodepool, parse_pending_pod
-from gpu_intent.controller.plan import PlanConfig, Snapshot, plan
+from controller.model import parse_nodepool, parse_pending_pod
+from controller.plan import PlanConfig, Snapshot, plan
 from gpu_intent.intent import Intent
 
 MODELS = ("t4", "a10g", "l4", "l40s", "a100", "h100")

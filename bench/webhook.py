@@ -16,9 +16,9 @@ from pathlib import Path
 
 import aiohttp
 
-from gpu_intent.certs import write_tls_files
-from gpu_intent.webhook import server
-from gpu_intent.webhook.review import review
+from certs import write_tls_files
+from webhook import server
+from webhook.review import review
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "admission-reviews"
 

@@ -115,11 +115,11 @@ def _configure_logging(level: str) -> None:
 
 
 async def _run_controller(args: argparse.Namespace) -> None:
-    from gpu_intent.controller.kube import Kube
-    from gpu_intent.controller.plan import PlanConfig
-    from gpu_intent.controller.reconciler import Controller, ControllerConfig
-    from gpu_intent.controller.server import start
-    from gpu_intent.controller.triggers import TriggerSettings
+    from controller.kube import Kube
+    from controller.plan import PlanConfig
+    from controller.reconciler import Controller, ControllerConfig
+    from controller.server import start
+    from controller.triggers import TriggerSettings
 
     config = ControllerConfig(
         plan=PlanConfig(
@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _configure_logging(args.log_level)
     if args.command == "certs":
-        from gpu_intent.certs import write_tls_files
+        from certs import write_tls_files
 
         if not args.dns_name and not args.ip:
             print("gpu-intent certs: give at least one --dns-name or --ip", file=sys.stderr)
@@ -179,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
     if args.command == "webhook":
-        from gpu_intent.webhook.server import serve
+        from webhook.server import serve
 
         host, port = args.listen
         try:
@@ -188,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.error("webhook: %s", e)
             return 1
     elif args.command == "controller":
-        from gpu_intent.controller.kube import KubeError
+        from controller.kube import KubeError
 
         try:
             asyncio.run(_until_signalled(_run_controller(args)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import importlib.util
 import json
 import logging
 import math
@@ -29,12 +30,12 @@ from typing import Any, TextIO
 import yaml
 from kubernetes_asyncio import client, watch
 
-from gpu_intent.certs import write_tls_files
-from gpu_intent.controller.kube import PODS, Kube, load_configuration
-from gpu_intent.controller.model import ScaleUpStatus
-from gpu_intent.controller.plan import PlanConfig
-from gpu_intent.controller.reconciler import Controller, ControllerConfig
-from gpu_intent.controller.triggers import TriggerSettings
+from certs import write_tls_files
+from controller.kube import PODS, Kube, load_configuration
+from controller.model import ScaleUpStatus
+from controller.plan import PlanConfig
+from controller.reconciler import Controller, ControllerConfig
+from controller.triggers import TriggerSettings
 from gpu_intent.intent import (
     INJECT_LABEL,
     INJECT_VALUE,
@@ -43,8 +44,8 @@ from gpu_intent.intent import (
     IntentError,
     format_gpus,
 )
-from gpu_intent.sim.cluster import SimCluster
-from gpu_intent.webhook import server as webhook_server
+from sim.cluster import SimCluster
+from webhook import server as webhook_server
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,15 @@ GPU_NAME_LABEL = "karpenter.k8s.aws/instance-gpu-name"
 
 
 def default_examples() -> Path:
-    """``examples/`` beside the package (a source checkout or an editable install)."""
-    return Path(__file__).resolve().parent.parent / "examples"
+    """The demo's manifests: the repository's top-level ``examples/``, installed as the
+    data-only package ``gpu_intent.examples`` (pyproject.toml maps it), so the same call
+    works in an editable install and from a wheel. Raises FileNotFoundError when the
+    installation has no examples."""
+    spec = importlib.util.find_spec("gpu_intent.examples")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    if not locations:
+        raise FileNotFoundError("the gpu_intent.examples package data is not installed")
+    return Path(locations[0])
 
 
 def load_manifests(directory: Path) -> list[dict[str, Any]]:
@@ -362,7 +370,7 @@ async def run_demo(
     still Pending with Karpenter's FailedScheduling)."""
     docs = load_manifests(examples or default_examples())
     # The timeline tells the story; component INFO logs would interleave with it.
-    for noisy in ("gpu_intent.sim", "gpu_intent.controller", "gpu_intent.webhook"):
+    for noisy in ("sim", "controller", "webhook"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="gpu-intent-demo-") as tmp:
         work = Path(tmp)

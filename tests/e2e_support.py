@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpu_intent.sim.nodeclaims import KarpenterTimings
+from sim.nodeclaims import KarpenterTimings
 
 #: Karpenter with windows and lifecycle delays short enough for tests (seconds), keeping
 #: the real ratio to the controller's reaction (Karpenter: 1 s batch idle, 10 s requeue;

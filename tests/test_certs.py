@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from gpu_intent.certs import TLSFiles, generate_ca, issue_serving_cert, write_tls_files
+from certs import TLSFiles, generate_ca, issue_serving_cert, write_tls_files
 
 
 def test_serving_cert_is_signed_by_the_ca() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from controller_fixtures import T0, gpu_pod, nodeclaim, nodepool
 
-from gpu_intent.controller.model import (
+from controller.model import (
     GroupKey,
     PendingPod,
     PodRef,
@@ -21,7 +21,7 @@ from gpu_intent.controller.model import (
     parse_pending_pod,
     parse_trigger,
 )
-from gpu_intent.controller.plan import (
+from controller.plan import (
     NATIVE,
     NODE_READY,
     PROVISIONING,
@@ -35,7 +35,7 @@ from gpu_intent.controller.plan import (
     pack,
     plan,
 )
-from gpu_intent.controller.triggers import TriggerSettings, trigger_pod
+from controller.triggers import TriggerSettings, trigger_pod
 
 NOW = datetime(2026, 11, 21, 12, 0, 5, tzinfo=UTC)
 LATER = "2026-11-21T12:00:02Z"

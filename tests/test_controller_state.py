@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 from controller_fixtures import gpu_pod, nodepool
 
-from gpu_intent.controller import karpenter
-from gpu_intent.controller.state import NODEPOOLS, PENDING_PODS, TRIGGERS, ClusterState
+from controller import karpenter
+from controller.state import NODEPOOLS, PENDING_PODS, TRIGGERS, ClusterState
 
 
 class Clock:

@@ -16,17 +16,17 @@ import pytest
 from e2e_support import FAST, TRIGGERS_NS, eventually
 from kubernetes_asyncio import client
 
-from gpu_intent.certs import write_tls_files
-from gpu_intent.controller import informer as informer_module
-from gpu_intent.controller.kube import NODECLAIMS, PODS, Kube, load_configuration
-from gpu_intent.controller.model import ScaleUpStatus
-from gpu_intent.controller.plan import PlanConfig
-from gpu_intent.controller.reconciler import Controller, ControllerConfig
-from gpu_intent.controller.triggers import TriggerSettings
+from certs import write_tls_files
+from controller import informer as informer_module
+from controller.kube import NODECLAIMS, PODS, Kube, load_configuration
+from controller.model import ScaleUpStatus
+from controller.plan import PlanConfig
+from controller.reconciler import Controller, ControllerConfig
+from controller.triggers import TriggerSettings
 from gpu_intent.demo import apply, default_examples, load_manifests, webhook_configuration
 from gpu_intent.intent import Intent
-from gpu_intent.sim.cluster import SimCluster
-from gpu_intent.webhook import server as webhook_server
+from sim.cluster import SimCluster
+from webhook import server as webhook_server
 
 
 @dataclass

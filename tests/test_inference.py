@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from gpu_intent.inference import canonical_model, infer_intent
 from gpu_intent.intent import Intent, IntentError
 from gpu_intent.quantity import parse_count, parse_quantity, to_mib
+from webhook.inference import canonical_model, infer_intent
 
 
 def container(

@@ -20,11 +20,11 @@ from aiohttp import web
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client import ApiClient, ApiException, Configuration
 
-from gpu_intent.certs import write_tls_files
-from gpu_intent.sim.admission import Admission
-from gpu_intent.sim.defaults import prepare_pod_for_admission
-from gpu_intent.sim.server import ApiServer
-from gpu_intent.sim.store import NAMESPACES, PODS, NotFound, Store
+from certs import write_tls_files
+from sim.admission import Admission
+from sim.defaults import prepare_pod_for_admission
+from sim.server import ApiServer
+from sim.store import NAMESPACES, PODS, NotFound, Store
 
 FIXTURES = Path(__file__).parent / "fixtures" / "admission-reviews"
 ENABLED = {"gpu-intent.example.com/webhook": "enabled"}

@@ -17,9 +17,9 @@ import yaml
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client import ApiClient, ApiException, Configuration
 
-from gpu_intent.sim.apiserver import CONTEXT
-from gpu_intent.sim.server import ApiServer
-from gpu_intent.sim.store import NAMESPACES, PODS, Store
+from sim.apiserver import CONTEXT
+from sim.server import ApiServer
+from sim.store import NAMESPACES, PODS, Store
 
 TOKEN = "s3cr3t-token"
 

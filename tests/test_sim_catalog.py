@@ -1,4 +1,4 @@
-"""The simulated cloud's instance types (gpu_intent.sim.catalog)."""
+"""The simulated cloud's instance types (sim.catalog)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from decimal import Decimal
 
 import pytest
 
-from gpu_intent.sim.catalog import CATALOG, by_name, format_quantity, format_resources
-from gpu_intent.sim.requirements import Requirement, Requirements
+from sim.catalog import CATALOG, by_name, format_quantity, format_resources
+from sim.requirements import Requirement, Requirements
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from gpu_intent.sim.events import EventRecorder
-from gpu_intent.sim.store import EVENTS, NAMESPACES, NODES, PODS, Store
+from sim.events import EventRecorder
+from sim.store import EVENTS, NAMESPACES, NODES, PODS, Store
 
 
 class Clock:

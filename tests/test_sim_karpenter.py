@@ -1,4 +1,4 @@
-"""The simulated Karpenter (gpu_intent.sim.karpenter, gpu_intent.sim.nodeclaims).
+"""The simulated Karpenter (sim.karpenter, sim.nodeclaims).
 
 Pure `solve` tests are table-driven; the rest run `KarpenterSim` against a real `Store`
 with the Karpenter CRDs installed (schema, defaults, CEL rules), either with short timings
@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from gpu_intent.sim import crds
-from gpu_intent.sim.catalog import by_name
-from gpu_intent.sim.karpenter import (
+from sim import crds
+from sim.catalog import by_name
+from sim.karpenter import (
     Batcher,
     KarpenterSim,
     KarpenterTimings,
@@ -27,10 +27,10 @@ from gpu_intent.sim.karpenter import (
     is_provisionable,
     solve,
 )
-from gpu_intent.sim.kubelet import SimKubelet
-from gpu_intent.sim.nodeclaims import ExistingNode, existing_nodes
-from gpu_intent.sim.scheduler import SimScheduler
-from gpu_intent.sim.store import (
+from sim.kubelet import SimKubelet
+from sim.nodeclaims import ExistingNode, existing_nodes
+from sim.scheduler import SimScheduler
+from sim.store import (
     EVENTS,
     NAMESPACES,
     NODECLAIMS,
@@ -490,7 +490,7 @@ def ready(claim: Obj) -> bool:
 
 
 async def test_gpu_pod_gets_a_t4_node_walked_to_ready(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="gpu_intent.sim")
+    caplog.set_level(logging.INFO, logger="sim")
     store = new_store(CPU_POOL, GPU_POOL)
     async with running(store):
         add_pods(store, pod("a", gpus=1, selector=T4))

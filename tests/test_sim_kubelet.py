@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from gpu_intent.sim.kubelet import SimKubelet
-from gpu_intent.sim.scheduler import SimScheduler
-from gpu_intent.sim.store import NAMESPACES, NODES, PODS, NotFound, Store
+from sim.kubelet import SimKubelet
+from sim.scheduler import SimScheduler
+from sim.store import NAMESPACES, NODES, PODS, NotFound, Store
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""Karpenter's requirement algebra (gpu_intent.sim.requirements), table-driven."""
+"""Karpenter's requirement algebra (sim.requirements), table-driven."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpu_intent.sim.requirements import (
+from sim.requirements import (
     WELL_KNOWN_LABELS,
     Requirement,
     Requirements,

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from gpu_intent.sim import gpushare
-from gpu_intent.sim.scheduler import SimScheduler
-from gpu_intent.sim.store import EVENTS, NAMESPACES, NODES, PODS, Store
+from sim import gpushare
+from sim.scheduler import SimScheduler
+from sim.store import EVENTS, NAMESPACES, NODES, PODS, Store
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
 NOT_HELPFUL = "Preemption is not helpful for scheduling"

@@ -1,5 +1,5 @@
-"""Pure scheduling predicates (gpu_intent.sim.scheduling) and GPU device placement
-(gpu_intent.sim.gpushare)."""
+"""Pure scheduling predicates (sim.scheduling) and GPU device placement
+(sim.gpushare)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from gpu_intent.sim import gpushare
-from gpu_intent.sim.scheduling import (
+from sim import gpushare
+from sim.scheduling import (
     is_bound,
     is_terminal,
     is_terminating,

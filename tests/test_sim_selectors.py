@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpu_intent.sim.selectors import (
+from sim.selectors import (
     Requirement,
     and_predicates,
     compile_field_selector,
@@ -15,7 +15,7 @@ from gpu_intent.sim.selectors import (
     label_selector_matcher,
     parse_label_selector,
 )
-from gpu_intent.sim.store import EVENTS, LEASES, NODECLAIMS, NODES, PODS, BadRequest
+from sim.store import EVENTS, LEASES, NODECLAIMS, NODES, PODS, BadRequest
 
 
 def obj(labels: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:

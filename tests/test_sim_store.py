@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gpu_intent.sim.store import (
+from sim.store import (
     NAMESPACES,
     NODECLAIMS,
     PODS,

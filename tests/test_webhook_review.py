@@ -11,7 +11,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from gpu_intent.webhook.review import (
+from webhook.review import (
     MAX_WARNING,
     AdmissionReviewResponse,
     MalformedReview,

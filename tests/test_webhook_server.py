@@ -1,4 +1,4 @@
-"""The webhook over real HTTPS: certificates from gpu_intent.certs, a real TCP socket."""
+"""The webhook over real HTTPS: certificates from certs, a real TCP socket."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import jsonpatch
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpu_intent.certs import TLSFiles, write_tls_files
-from gpu_intent.webhook import server
-from gpu_intent.webhook.server import CLIENT_MAX_SIZE, make_app, serve, ssl_context, start
+from certs import TLSFiles, write_tls_files
+from webhook import server
+from webhook.server import CLIENT_MAX_SIZE, make_app, serve, ssl_context, start
 
 FIXTURES = Path(__file__).parent / "fixtures" / "admission-reviews"
 MUTATE = "/mutate?timeout=10s"  # the apiserver appends the timeout as a query
@@ -95,7 +95,7 @@ def patched_pod(body: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_gpu_pod_is_annotated(webhook: Webhook, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="gpu_intent.webhook.server")
+    caplog.set_level(logging.INFO, logger="webhook.server")
     body = load("02-hami-gpumem-annotated.json")
     pod = patched_pod(body, await webhook.mutate(body))
     annotations = pod["metadata"]["annotations"]
@@ -268,7 +268,7 @@ def free_port() -> int:
 async def test_serve_answers_until_cancelled(
     tls: TLSFiles, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="gpu_intent.webhook.server")
+    caplog.set_level(logging.INFO, logger="webhook.server")
     port = free_port()
     task = asyncio.create_task(serve("127.0.0.1", port, str(tls.cert), str(tls.key)))
     url = f"https://127.0.0.1:{port}/healthz"

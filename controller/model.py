@@ -1,0 +1,436 @@
+"""The controller's view of the cluster as frozen values, parsed from API objects.
+
+Parsing is the boundary where raw JSON dicts from the API server become typed values
+the planner can trust; a pod whose gpu-intent annotations do not parse becomes an
+`InvalidPod` that the planner reports and never acts on. Purely computational.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from controller import karpenter
+from gpu_intent.intent import (
+    ANNOTATION_GPUS,
+    ANNOTATION_MODEL,
+    ANNOTATION_POOL,
+    ANNOTATION_SCALE_UP,
+    DOMAIN,
+    Intent,
+    IntentError,
+    parse_gpus,
+)
+
+#: Trigger pod annotation naming the NodeClaim the controller linked it to.
+ANNOTATION_NODECLAIM = f"{DOMAIN}/nodeclaim"
+#: Trigger pod annotation listing the pods it stands for (``ns/name`` comma list).
+ANNOTATION_SERVES = f"{DOMAIN}/serves"
+#: Trigger pod annotation with the group's copied node selector, as JSON.
+ANNOTATION_SELECTOR = f"{DOMAIN}/selector"
+#: Label on NodeClaims and NodePools naming the pool (karpenter pkg/apis/v1/labels.go).
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+
+
+def parse_time(value: object) -> datetime | None:
+    """Parse a Kubernetes RFC 3339 timestamp (``2026-11-21T11:21:32Z``); None if absent
+    or unparsable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PodRef:
+    """A pod's identity: namespace, name and uid (the uid guards deletes)."""
+
+    namespace: str
+    name: str
+    uid: str = field(default="", compare=False)
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleUpStatus:
+    """What the controller last told a pod, kept in its ``gpu-intent.io/scale-up``
+    annotation as compact JSON so that it survives controller restarts.
+
+    ``phase``: ``Native`` (Karpenter provisions for it itself), ``Unresolvable`` (no
+    NodePool fits), ``Triggered`` (a trigger pod stands for it), ``Provisioning`` (the
+    trigger's NodeClaim is launching), ``NodeReady`` (the NodeClaim is Ready and the
+    trigger was removed: the pod's scheduler can place it), ``Scheduled`` (the pod got
+    a node; the scale-up is complete), ``InvalidIntent``.
+    """
+
+    phase: str
+    message: str = ""
+    trigger: str | None = None
+    node_claim: str | None = None
+    node: str | None = None
+    since: str | None = None
+
+    def to_annotation(self) -> str:
+        data = {
+            "phase": self.phase,
+            "message": self.message,
+            "trigger": self.trigger,
+            "nodeClaim": self.node_claim,
+            "node": self.node,
+            "since": self.since,
+        }
+        return json.dumps({k: v for k, v in data.items() if v}, separators=(",", ":"))
+
+    @classmethod
+    def from_annotation(cls, raw: str | None) -> ScaleUpStatus | None:
+        """Parse the annotation; None when absent or not ours to understand."""
+        if not raw:
+            return None
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("phase"), str):
+            return None
+
+        def text(key: str) -> str | None:
+            value = data.get(key)
+            return value if isinstance(value, str) else None
+
+        return cls(
+            phase=data["phase"],
+            message=text("message") or "",
+            trigger=text("trigger"),
+            node_claim=text("nodeClaim"),
+            node=text("node"),
+            since=text("since"),
+        )
+
+    def same_state(self, other: ScaleUpStatus | None) -> bool:
+        """Equal but for ``since`` and ``message``: no need to write it again."""
+        return other is not None and (
+            self.phase,
+            self.trigger,
+            self.node_claim,
+            self.node,
+        ) == (other.phase, other.trigger, other.node_claim, other.node)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPod:
+    """A pod with a GPU intent that failed to schedule.
+
+    ``unsimulatable``: why Karpenter cannot provision for it itself (empty: it can, so
+    gpu-intent makes no trigger). ``selector``: its node-selector entries a trigger may
+    copy, sorted. ``unschedulable_since``: when PodScheduled turned Unschedulable.
+    """
+
+    ref: PodRef
+    intent: Intent
+    created: datetime | None
+    unschedulable_since: datetime | None
+    unsimulatable: tuple[str, ...]
+    selector: tuple[tuple[str, str], ...]
+    status: ScaleUpStatus | None
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidPod:
+    """A pending pod whose gpu-intent annotations do not parse: reported, never acted on."""
+
+    ref: PodRef
+    error: str
+    status: ScaleUpStatus | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledPod:
+    """A pod that got a node while the controller was scaling up for it: it is owed a
+    final ``Scheduled`` status. ``status`` is what it was last told."""
+
+    ref: PodRef
+    node: str
+    status: ScaleUpStatus | None
+    #: Seconds from the pod's creation to ``PodScheduled=True``, when both are known.
+    seconds_to_node: float | None = None
+
+    @classmethod
+    def parse(cls, obj: Mapping[str, Any]) -> ScheduledPod:
+        meta = _meta(obj)
+        annotations = meta.get("annotations") or {}
+        created = parse_time(meta.get("creationTimestamp"))
+        bound = next(
+            (
+                parse_time(c.get("lastTransitionTime"))
+                for c in (obj.get("status") or {}).get("conditions") or []
+                if isinstance(c, Mapping)
+                and c.get("type") == "PodScheduled"
+                and c.get("status") == "True"
+            ),
+            None,
+        )
+        return cls(
+            pod_ref(obj),
+            str((obj.get("spec") or {}).get("nodeName", "")),
+            ScaleUpStatus.from_annotation(annotations.get(ANNOTATION_SCALE_UP)),
+            (bound - created).total_seconds() if created and bound else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One NodePool requirement (key, operator In/NotIn/Exists/DoesNotExist/Gt/Lt, values)."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def admits(self, value: str) -> bool:
+        """Whether a node with label value ``value`` for ``key`` satisfies this."""
+        if self.operator == "In":
+            return value in self.values
+        if self.operator == "NotIn":
+            return value not in self.values
+        if self.operator == "Exists":
+            return True
+        if self.operator == "DoesNotExist":
+            return False
+        try:
+            number, bound = int(value), int(self.values[0])
+        except (ValueError, IndexError):
+            return False
+        return number > bound if self.operator == "Gt" else number < bound
+
+
+@dataclass(frozen=True, slots=True)
+class NodePoolInfo:
+    """A Karpenter NodePool as far as trigger planning needs it."""
+
+    name: str
+    weight: int
+    ready: bool
+    requirements: tuple[Requirement, ...]
+    labels: Mapping[str, str]
+    taints: tuple[Mapping[str, Any], ...]
+
+    def label_keys(self) -> set[str]:
+        """Label keys this pool defines (requirements and template labels)."""
+        return {r.key for r in self.requirements} | set(self.labels)
+
+    def admits(self, key: str, value: str) -> bool:
+        """Whether this pool can make nodes with label ``key=value``."""
+        if key in self.labels:
+            return self.labels[key] == value
+        return all(r.admits(value) for r in self.requirements if r.key == key)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClaimInfo:
+    """A Karpenter NodeClaim: its pool, GPU requests, model constraint and progress."""
+
+    name: str
+    pool: str | None
+    created: datetime | None
+    gpu_requests: Decimal
+    labels: Mapping[str, str]
+    requirements: tuple[Requirement, ...]
+    node_name: str | None
+    conditions: Mapping[str, str]
+    deleting: bool
+
+    @property
+    def ready(self) -> bool:
+        return self.conditions.get("Ready") == "True"
+
+    @property
+    def launched(self) -> bool:
+        return self.conditions.get("Launched") == "True"
+
+    def admits(self, key: str, value: str) -> bool:
+        """Whether this NodeClaim's node has, or may get, label ``key=value``."""
+        if key in self.labels:
+            return self.labels[key] == value
+        return all(r.admits(value) for r in self.requirements if r.key == key)
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerInfo:
+    """A trigger pod this controller created (both ownership labels present)."""
+
+    ref: PodRef
+    pool: str
+    model: str | None
+    selector: tuple[tuple[str, str], ...]
+    gpus: int
+    created: datetime | None
+    node_claim: str | None
+    node_name: str | None
+    deleting: bool
+
+    @property
+    def group(self) -> GroupKey:
+        return GroupKey(self.pool, self.model, self.selector)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class GroupKey:
+    """Pods whose GPUs may be bought together: same NodePool, model and copied selector."""
+
+    pool: str
+    model: str | None
+    selector: tuple[tuple[str, str], ...] = ()
+
+    def __str__(self) -> str:
+        parts = [f"pool={self.pool}", f"model={self.model or 'any'}"]
+        parts += [f"{k}={v}" for k, v in self.selector]
+        return ",".join(parts)
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def pod_ref(obj: Mapping[str, Any]) -> PodRef:
+    meta = _meta(obj)
+    return PodRef(
+        str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", ""))
+    )
+
+
+def parse_requirements(raw: object) -> tuple[Requirement, ...]:
+    if not isinstance(raw, list):
+        return ()
+    out = []
+    for item in raw:
+        if isinstance(item, Mapping) and "key" in item and "operator" in item:
+            values = tuple(str(v) for v in item.get("values") or [])
+            out.append(Requirement(str(item["key"]), str(item["operator"]), values))
+    return tuple(out)
+
+
+def parse_pending_pod(
+    obj: Mapping[str, Any], nodepool_keys: set[str]
+) -> PendingPod | InvalidPod | None:
+    """A pending pod with an intent, an `InvalidPod` if its intent does not parse, or
+    None when it is not ours to look at (no intent, bound, not Unschedulable, a trigger)."""
+    meta = _meta(obj)
+    annotations = meta.get("annotations") or {}
+    if not karpenter.is_provisionable(obj):
+        return None
+    ref = pod_ref(obj)
+    status = ScaleUpStatus.from_annotation(annotations.get(ANNOTATION_SCALE_UP))
+    try:
+        intent = Intent.from_annotations(annotations)
+    except IntentError as e:
+        return InvalidPod(ref, str(e), status)
+    if intent is None:
+        return None
+    condition = karpenter.unschedulable_condition(obj) or {}
+    spec = obj.get("spec") or {}
+    selector = tuple(
+        sorted(
+            (str(k), str(v))
+            for k, v in (spec.get("nodeSelector") or {}).items()
+            if karpenter.is_copyable_label(str(k), nodepool_keys)
+        )
+    )
+    return PendingPod(
+        ref=ref,
+        intent=intent,
+        created=parse_time(meta.get("creationTimestamp")),
+        unschedulable_since=parse_time(condition.get("lastTransitionTime")),
+        unsimulatable=tuple(karpenter.unsimulatable(obj, nodepool_keys)),
+        selector=selector,
+        status=status,
+    )
+
+
+def parse_nodepool(obj: Mapping[str, Any]) -> NodePoolInfo:
+    spec = obj.get("spec") or {}
+    template = spec.get("template") or {}
+    tspec = template.get("spec") or {}
+    conditions = {
+        c.get("type"): c.get("status")
+        for c in (obj.get("status") or {}).get("conditions") or []
+        if isinstance(c, Mapping)
+    }
+    try:
+        weight = int(spec.get("weight") or 0)
+    except (TypeError, ValueError):
+        weight = 0
+    return NodePoolInfo(
+        name=str(_meta(obj).get("name", "")),
+        weight=weight,
+        # A NodePool Karpenter has not reconciled yet has no conditions; Karpenter skips
+        # pools whose Ready condition is False (pkg/controllers/provisioning/provisioner.go).
+        ready=conditions.get("Ready", "True") == "True",
+        requirements=parse_requirements(tspec.get("requirements")),
+        labels={
+            str(k): str(v)
+            for k, v in ((template.get("metadata") or {}).get("labels") or {}).items()
+        },
+        taints=tuple(t for t in tspec.get("taints") or [] if isinstance(t, Mapping)),
+    )
+
+
+def parse_nodeclaim(obj: Mapping[str, Any]) -> NodeClaimInfo:
+    meta = _meta(obj)
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    requests = (spec.get("resources") or {}).get("requests") or {}
+    try:
+        gpus = parse_gpus(str(requests.get("nvidia.com/gpu", "0")))
+    except IntentError:
+        gpus = Decimal(0)
+    return NodeClaimInfo(
+        name=str(meta.get("name", "")),
+        pool=labels.get(NODEPOOL_LABEL),
+        created=parse_time(meta.get("creationTimestamp")),
+        gpu_requests=gpus,
+        labels=labels,
+        requirements=parse_requirements(spec.get("requirements")),
+        node_name=status.get("nodeName") or None,
+        conditions={
+            str(c.get("type")): str(c.get("status"))
+            for c in status.get("conditions") or []
+            if isinstance(c, Mapping)
+        },
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def parse_trigger(obj: Mapping[str, Any]) -> TriggerInfo | None:
+    """A trigger pod's value, or None when its annotations are not ours (then it is left
+    alone: the controller never deletes what it cannot identify)."""
+    meta = _meta(obj)
+    annotations = meta.get("annotations") or {}
+    pool = annotations.get(ANNOTATION_POOL)
+    try:
+        gpus = int(annotations.get(ANNOTATION_GPUS, ""))
+        selector_raw = json.loads(annotations.get(ANNOTATION_SELECTOR) or "{}")
+    except ValueError:
+        return None
+    if not pool or gpus <= 0 or not isinstance(selector_raw, dict):
+        return None
+    return TriggerInfo(
+        ref=pod_ref(obj),
+        pool=str(pool),
+        model=annotations.get(ANNOTATION_MODEL) or None,
+        selector=tuple(sorted((str(k), str(v)) for k, v in selector_raw.items())),
+        gpus=gpus,
+        created=parse_time(meta.get("creationTimestamp")),
+        node_claim=annotations.get(ANNOTATION_NODECLAIM) or None,
+        node_name=(obj.get("spec") or {}).get("nodeName") or None,
+        deleting=bool(meta.get("deletionTimestamp")),
+    )

@@ -1,0 +1,306 @@
+"""The controller: informers feed the cache, one loop plans and applies.
+
+Shape (Karpenter's provisioner, in small): watch handlers only update `ClusterState`
+and poke a debouncer; the loop waits until every informer has listed once, then per
+pass takes a `Snapshot`, calls the pure `plan`, and applies the result through `Kube`.
+Passes run after changes settle (``idle_seconds`` without a change, at most
+``max_delay_seconds`` after the first) and at least every ``resync_seconds`` (time alone
+moves some decisions, e.g. the NodeReady cover expiring).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from controller import kube as kube_api
+from controller import metrics
+from controller.informer import Informer, InformerSpec
+from controller.kube import Kube, KubeError
+from controller.model import ANNOTATION_NODECLAIM, InvalidPod, PendingPod, PodRef
+from controller.plan import (
+    SCHEDULED,
+    Event,
+    Plan,
+    PlanConfig,
+    SetStatus,
+    plan,
+    triggered,
+)
+from controller.state import NODECLAIMS, NODEPOOLS, PENDING_PODS, TRIGGERS, ClusterState
+from gpu_intent.intent import (
+    ANNOTATION_SCALE_UP,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    TRIGGER_LABEL,
+    TRIGGER_LABEL_VALUE,
+)
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "gpu-intent-controller"
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """Controller settings; ``plan`` holds the decision settings (see `PlanConfig`).
+
+    Times in seconds. A pass runs ``idle_seconds`` after changes stop, at most
+    ``max_delay_seconds`` after the first: well inside Karpenter's 1 s batch idle window,
+    so a trigger whose pods already got a node is deleted before Karpenter acts on it
+    again. ``concurrency``: API writes in flight at once.
+    """
+
+    plan: PlanConfig = field(default_factory=PlanConfig)
+    idle_seconds: float = 0.1
+    max_delay_seconds: float = 0.5
+    resync_seconds: float = 5.0
+    watch_seconds: int = 300
+    concurrency: int = 8
+
+    @property
+    def namespace(self) -> str:
+        return self.plan.trigger.namespace
+
+
+def event_body(ref: PodRef, event: Event, now: datetime, instance: str) -> dict[str, Any]:
+    """A core/v1 Event about pod ``ref`` (what ``kubectl describe pod`` lists).
+    Named ``<pod>.<hex time>`` like client-go's recorder; ``count`` 1."""
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{ref.name}.{time.time_ns():x}", "namespace": ref.namespace},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": ref.namespace,
+            "name": ref.name,
+            "uid": ref.uid,
+        },
+        "reason": event.reason,
+        "message": event.message,
+        "type": event.type,
+        "source": {"component": COMPONENT},
+        "reportingComponent": f"gpu-intent.io/{COMPONENT}",
+        "reportingInstance": instance,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+class Controller:
+    """Runs informers and the reconcile loop against one API server.
+
+    Args:
+        kube: the API adapter (its lifetime is the caller's).
+        config: settings.
+        now: wall clock (timezone-aware) for statuses and planning.
+        monotonic: clock for debouncing and expectations.
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        config: ControllerConfig,
+        *,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kube = kube
+        self.config = config
+        self.now = now
+        self.state = ClusterState(monotonic)
+        self._poked = asyncio.Event()
+        self._instance = os.environ.get("POD_NAME") or socket.gethostname()
+        self._writes = asyncio.Semaphore(config.concurrency)
+        trigger_selector = (
+            f"{TRIGGER_LABEL}={TRIGGER_LABEL_VALUE},{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+        )
+        specs = [
+            InformerSpec(PENDING_PODS, kube_api.PODS, field_selector="spec.nodeName="),
+            InformerSpec(
+                TRIGGERS, kube_api.PODS, namespace=config.namespace, label_selector=trigger_selector
+            ),
+            InformerSpec(NODECLAIMS, kube_api.NODECLAIMS),
+            InformerSpec(NODEPOOLS, kube_api.NODEPOOLS),
+        ]
+        self.informers = [
+            Informer(kube, spec, self.state, self._poked.set, watch_seconds=config.watch_seconds)
+            for spec in specs
+        ]
+        self.ready = asyncio.Event()
+
+    async def run(self) -> None:
+        """Run until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            for informer in self.informers:
+                group.create_task(informer.run(), name=f"informer-{informer.spec.kind}")
+            group.create_task(self._loop(), name="reconcile")
+
+    async def _loop(self) -> None:
+        for informer in self.informers:
+            await informer.synced.wait()
+        log.info("caches synced; reconciling (trigger namespace %s)", self.config.namespace)
+        self.ready.set()
+        while True:
+            await self._settle()
+            try:
+                await self.reconcile_once()
+            except Exception:  # a bug in one pass must not end the controller
+                log.exception("reconcile pass failed; retrying after the next change")
+
+    async def _settle(self) -> None:
+        """Wait for a poke (or the resync period), then for changes to go quiet."""
+        cfg = self.config
+        try:
+            await asyncio.wait_for(self._poked.wait(), cfg.resync_seconds)
+        except TimeoutError:
+            return
+        deadline = time.monotonic() + cfg.max_delay_seconds
+        while True:
+            self._poked.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            try:
+                await asyncio.wait_for(self._poked.wait(), min(cfg.idle_seconds, remaining))
+            except TimeoutError:
+                return
+
+    async def reconcile_once(self) -> Plan:
+        """One pass: snapshot, plan, apply. Returns the plan applied."""
+        started = time.perf_counter()
+        snapshot = self.state.snapshot(self.now())
+        decided = plan(snapshot, self.config.plan)
+        if decided:
+            await self.apply(decided)
+        metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
+        self._observe(snapshot.pods, decided)
+        return decided
+
+    def _observe(self, pods: Sequence[PendingPod | InvalidPod], decided: Plan) -> None:
+        phases: dict[str, int] = {}
+        for pod in pods:
+            phase = pod.status.phase if pod.status else "New"
+            phases[phase] = phases.get(phase, 0) + 1
+        metrics.PENDING_PODS.clear()
+        for phase, count in phases.items():
+            metrics.PENDING_PODS.labels(phase).set(count)
+        metrics.TRIGGERS.set(len(self.state.objects(TRIGGERS)))
+        metrics.DEMAND_GPUS.clear()
+        for key, gpus in decided.demand.items():
+            metrics.DEMAND_GPUS.labels(key.pool, key.model or "any").set(float(gpus))
+
+    async def _write(self, operation: str, coro: Any) -> Any:
+        async with self._writes:
+            try:
+                result = await coro
+            except KubeError:
+                metrics.OPERATIONS.labels(operation, "error").inc()
+                raise
+        metrics.OPERATIONS.labels(operation, "ok").inc()
+        return result
+
+    async def apply(self, decided: Plan) -> None:
+        """Apply a plan: links, then statuses (with events), then deletes whose pods
+        were told, then creates. Failures are logged; the next pass retries."""
+        await asyncio.gather(*(self._link(link.ref, link.node_claim) for link in decided.links))
+        results = await asyncio.gather(*(self._set_status(s) for s in decided.statuses))
+        failed = {s.ref for s, ok in zip(decided.statuses, results, strict=True) if not ok}
+        deletes = [d for d in decided.deletes if not failed.intersection(d.after)]
+        for skipped in set(decided.deletes) - set(deletes):
+            log.warning(
+                "keeping trigger %s this pass: a pod it served was not updated", skipped.ref
+            )
+        await asyncio.gather(*(self._delete(d.ref, d.reason) for d in deletes))
+        await asyncio.gather(
+            *(self._create(c.body, c.gpus, c.group.pool, c.serves) for c in decided.creates)
+        )
+
+    async def _link(self, ref: PodRef, node_claim: str) -> None:
+        try:
+            obj = await self._write(
+                "link",
+                self.kube.annotate_pod(ref.namespace, ref.name, {ANNOTATION_NODECLAIM: node_claim}),
+            )
+        except KubeError as e:
+            log.warning("linking trigger %s to nodeclaim %s: %s", ref, node_claim, e)
+            return
+        self.state.expect(TRIGGERS, obj)
+        log.info("trigger %s -> nodeclaim/%s", ref, node_claim)
+
+    async def _set_status(self, change: SetStatus) -> bool:
+        ref = change.ref
+        try:
+            obj = await self._write(
+                "status",
+                self.kube.annotate_pod(
+                    ref.namespace, ref.name, {ANNOTATION_SCALE_UP: change.status.to_annotation()}
+                ),
+            )
+        except KubeError as e:
+            if e.not_found:
+                self.state.forget_scheduled((ref.namespace, ref.name))
+                return True  # the pod is gone: nothing left to tell
+            log.warning("updating scale-up status of pod %s: %s", ref, e)
+            return False
+        if change.status.phase == SCHEDULED:
+            self.state.forget_scheduled((ref.namespace, ref.name))
+            if change.seconds_to_node is not None:
+                metrics.TIME_TO_NODE.observe(max(0.0, change.seconds_to_node))
+        elif not (obj.get("spec") or {}).get("nodeName"):
+            self.state.expect(PENDING_PODS, obj)
+        log.info("pod %s: %s: %s", ref, change.status.phase, change.status.message)
+        if change.event is not None:
+            await self._event(ref, change.event)
+        return True
+
+    async def _event(self, ref: PodRef, event: Event) -> None:
+        try:
+            await self._write(
+                "event",
+                self.kube.create_event(
+                    ref.namespace, event_body(ref, event, self.now(), self._instance)
+                ),
+            )
+        except KubeError as e:
+            log.warning("recording event %s on pod %s: %s", event.reason, ref, e)
+
+    async def _delete(self, ref: PodRef, reason: str) -> None:
+        try:
+            await self._write("delete", self.kube.delete_pod(ref.namespace, ref.name, ref.uid))
+        except KubeError as e:
+            log.warning("deleting trigger %s: %s", ref, e)
+            return
+        self.state.expect_deleted(TRIGGERS, (ref.namespace, ref.name))
+        log.info("deleted trigger %s: %s", ref, reason)
+
+    async def _create(
+        self, body: Mapping[str, Any], gpus: int, pool: str, serves: tuple[PodRef, ...]
+    ) -> None:
+        try:
+            obj = await self._write("create", self.kube.create_pod(self.config.namespace, body))
+        except KubeError as e:
+            log.warning("creating trigger for %s: %s", ", ".join(map(str, serves)), e)
+            return
+        self.state.expect(TRIGGERS, obj)
+        name = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+        log.info(
+            "created trigger %s: %d GPU on NodePool %s for %s",
+            name,
+            gpus,
+            pool,
+            ", ".join(map(str, serves)),
+        )
+        stamp = self.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        status, event = triggered(name, gpus, pool, stamp)
+        await asyncio.gather(*(self._set_status(SetStatus(ref, status, event)) for ref in serves))

@@ -1,0 +1,168 @@
+"""The controller's cache of the cluster, fed by informers, read as a `Snapshot`.
+
+Informer handlers only update the cache and poke the reconciler (Karpenter's state
+controllers work the same way, pkg/controllers/state). Writes the controller makes are
+also recorded as *expectations*: until the watch delivers the object at the
+resourceVersion the write returned (resourceVersions are only compared for equality,
+as the API conventions require), the written state masks the cached one. Without that,
+a pass planned on a cache that has not yet seen the trigger just created would create
+it again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from controller.model import (
+    InvalidPod,
+    PendingPod,
+    ScaleUpStatus,
+    ScheduledPod,
+    parse_nodeclaim,
+    parse_nodepool,
+    parse_pending_pod,
+    parse_trigger,
+)
+from controller.plan import Snapshot
+from gpu_intent.intent import ANNOTATION_SCALE_UP, is_trigger
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Key = tuple[str, str]
+
+#: Cache kinds, one per informer.
+PENDING_PODS = "pending-pods"
+TRIGGERS = "triggers"
+NODECLAIMS = "nodeclaims"
+NODEPOOLS = "nodepools"
+KINDS = (PENDING_PODS, TRIGGERS, NODECLAIMS, NODEPOOLS)
+#: Scale-up phases after which a pod's binding deserves a final ``Scheduled`` status.
+TRACKED_PHASES = frozenset({"Triggered", "Provisioning", "NodeReady"})
+#: Most bound pods remembered while their final status is pending (memory bound).
+MAX_SCHEDULED = 10_000
+
+
+def key_of(obj: Obj) -> Key:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
+def _rv(obj: Obj | None) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("resourceVersion", ""))
+
+
+@dataclass(slots=True)
+class _Expectation:
+    obj: Obj | None  # None: we deleted it
+    rv: str
+    deadline: float
+
+
+class ClusterState:
+    """Objects by kind and ``(namespace, name)``, plus pending expectations.
+
+    Args:
+        monotonic: clock for expectation deadlines (seconds).
+        expectation_seconds: how long a write masks the cache at most; after that the
+            watch (or a relist) is trusted again.
+    """
+
+    def __init__(self, monotonic: Callable[[], float], expectation_seconds: float = 30.0) -> None:
+        self._objects: dict[str, dict[Key, Obj]] = {kind: {} for kind in KINDS}
+        self._expected: dict[str, dict[Key, _Expectation]] = {kind: {} for kind in KINDS}
+        self._monotonic = monotonic
+        self._expectation_seconds = expectation_seconds
+        self._scheduled: dict[Key, Obj] = {}
+
+    def replace(self, kind: str, items: Iterable[Obj]) -> None:
+        """A (re)list: the cache for ``kind`` becomes exactly ``items``. A relist is
+        newer than every write we made before it, so expectations are dropped."""
+        self._objects[kind] = {key_of(obj): obj for obj in items}
+        self._expected[kind].clear()
+
+    def apply(self, kind: str, event_type: str, obj: Obj) -> None:
+        """One watch event (ADDED, MODIFIED, DELETED)."""
+        key = key_of(obj)
+        expected = self._expected[kind].get(key)
+        if event_type == "DELETED":
+            self._objects[kind].pop(key, None)
+            self._expected[kind].pop(key, None)
+            if kind == PENDING_PODS and self._was_scaled_up_and_bound(obj):
+                self._scheduled[key] = obj
+            return
+        self._objects[kind][key] = obj
+        if expected is not None and expected.obj is not None and expected.rv == _rv(obj):
+            del self._expected[kind][key]
+
+    def _was_scaled_up_and_bound(self, obj: Obj) -> bool:
+        """A pending-pods DELETED event for a pod that got a node (it left the
+        ``spec.nodeName=`` selection) while we were scaling up for it."""
+        if not (obj.get("spec") or {}).get("nodeName") or len(self._scheduled) >= MAX_SCHEDULED:
+            return False
+        raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SCALE_UP)
+        status = ScaleUpStatus.from_annotation(raw)
+        return status is not None and status.phase in TRACKED_PHASES
+
+    def forget_scheduled(self, key: Key) -> None:
+        """The bound pod's final status is written (or it is gone)."""
+        self._scheduled.pop(key, None)
+
+    def expect(self, kind: str, obj: Obj) -> None:
+        """We wrote ``obj`` (as the API returned it): see it until the watch does."""
+        deadline = self._monotonic() + self._expectation_seconds
+        self._expected[kind][key_of(obj)] = _Expectation(obj, _rv(obj), deadline)
+
+    def expect_deleted(self, kind: str, key: Key) -> None:
+        """We deleted ``key``: treat it as gone until the watch says so."""
+        deadline = self._monotonic() + self._expectation_seconds
+        self._expected[kind][key] = _Expectation(None, "", deadline)
+
+    def objects(self, kind: str) -> list[Obj]:
+        """The cache for ``kind`` with expectations applied, sorted by key."""
+        now = self._monotonic()
+        view = dict(self._objects[kind])
+        for key, expected in list(self._expected[kind].items()):
+            if expected.deadline < now:
+                log.debug("expectation for %s %s/%s expired", kind, *key)
+                del self._expected[kind][key]
+            elif expected.obj is None:
+                view.pop(key, None)
+            else:
+                view[key] = expected.obj
+        return [view[k] for k in sorted(view)]
+
+    def pending_expectations(self) -> int:
+        return sum(len(e) for e in self._expected.values())
+
+    def snapshot(self, now: datetime) -> Snapshot:
+        """Parse the cache into the planner's input (pure apart from the clock read for
+        expectation expiry)."""
+        nodepools = {p.name: p for p in map(parse_nodepool, self.objects(NODEPOOLS))}
+        nodeclaims = {c.name: c for c in map(parse_nodeclaim, self.objects(NODECLAIMS))}
+        pool_keys: set[str] = set()
+        for pool in nodepools.values():
+            pool_keys |= pool.label_keys()
+        pods: list[PendingPod | InvalidPod] = []
+        for obj in self.objects(PENDING_PODS):
+            if is_trigger((obj.get("metadata") or {}).get("labels")):
+                continue
+            parsed = parse_pending_pod(obj, pool_keys)
+            if parsed is not None:
+                pods.append(parsed)
+        triggers = []
+        for obj in self.objects(TRIGGERS):
+            trigger = parse_trigger(obj)
+            if trigger is None:
+                log.warning(
+                    "pod %s/%s has trigger labels but no trigger annotations; leaving it alone",
+                    *key_of(obj),
+                )
+            else:
+                triggers.append(trigger)
+        scheduled = [ScheduledPod.parse(obj) for _, obj in sorted(self._scheduled.items())]
+        return Snapshot(pods, triggers, nodeclaims, nodepools, now, scheduled)

@@ -1,0 +1,166 @@
+"""Trigger pod specs: pods Karpenter can provision for, standing in for GPU demand it cannot see.
+
+A trigger asks for whole ``nvidia.com/gpu`` (a resource every GPU instance type lists),
+selects the NodePool and model through labels Karpenter resolves, tolerates the pool's
+taints, and runs the pause image with nothing else: no service account token, no
+privileges. Purely computational: `trigger_pod` returns the JSON body to create.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from controller.model import (
+    ANNOTATION_SELECTOR,
+    ANNOTATION_SERVES,
+    NODEPOOL_LABEL,
+    GroupKey,
+    NodePoolInfo,
+    PodRef,
+)
+from gpu_intent.intent import (
+    ANNOTATION_GPUS,
+    ANNOTATION_MODEL,
+    ANNOTATION_POOL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    TRIGGER_LABEL,
+    TRIGGER_LABEL_VALUE,
+)
+
+#: HAMi's webhook skips pods with this label; without it HAMi would rewrite the trigger
+#: into a pod Karpenter rejects (Project-HAMi/HAMi pkg/scheduler/webhook.go).
+HAMI_IGNORE_LABEL = "hami.io/webhook"
+HAMI_IGNORE_VALUE = "ignore"
+#: Longest ``serves`` annotation we write: it is informational, the pods' own
+#: annotations are the record.
+MAX_SERVES_CHARS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerSettings:
+    """How trigger pods are built.
+
+    Attributes:
+        namespace: where triggers live (the controller's own namespace).
+        image: the container image; pause does nothing and is tiny.
+        gpu_name_label: the node label carrying the canonical GPU model
+            (``karpenter.k8s.aws/instance-gpu-name`` on AWS; REFERENCE.md section 2).
+        cpu: CPU request per trigger (a quantity), small so the GPU decides the size.
+        memory: memory request per trigger (a quantity).
+        priority_class: optional PriorityClass name for triggers.
+    """
+
+    namespace: str = "gpu-intent-system"
+    image: str = "registry.k8s.io/pause:3.10"
+    gpu_name_label: str = "karpenter.k8s.aws/instance-gpu-name"
+    cpu: str = "10m"
+    memory: str = "16Mi"
+    priority_class: str | None = None
+
+
+def _dns_label(text: str) -> str:
+    cleaned = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    return cleaned[:20].rstrip("-") or "x"
+
+
+def tolerations_for(pool: NodePoolInfo) -> list[dict[str, Any]]:
+    """Tolerations for exactly the pool's ``taints`` (not ``startupTaints``: Karpenter
+    does not require pods to tolerate those, karpenter pkg/apis/v1/nodepool.go)."""
+    out: list[dict[str, Any]] = []
+    for taint in pool.taints:
+        toleration: dict[str, Any] = {
+            "key": taint.get("key", ""),
+            "effect": taint.get("effect", ""),
+        }
+        if taint.get("value"):
+            toleration.update(operator="Equal", value=taint["value"])
+        else:
+            toleration["operator"] = "Exists"
+        out.append(toleration)
+    return out
+
+
+def trigger_pod(
+    group: GroupKey,
+    gpus: int,
+    pool: NodePoolInfo,
+    serves: Sequence[PodRef],
+    settings: TriggerSettings,
+) -> dict[str, Any]:
+    """The Pod body of one trigger for ``gpus`` whole GPUs of ``group``.
+
+    Shape: ``metadata.generateName`` ``gi-<pool>-<model>-`` in ``settings.namespace``,
+    ownership labels (`gpu_intent.intent.TRIGGER_LABEL`, ``app.kubernetes.io/managed-by``)
+    plus ``hami.io/webhook: ignore``; annotations recording pool, model, GPUs, the copied
+    selector and the pods served; ``nodeSelector`` with ``karpenter.sh/nodepool``, the
+    model label when the group has a model, and the group's copied selector entries;
+    tolerations for the pool's taints; one pause container requesting ``gpus`` of
+    ``nvidia.com/gpu`` (requests = limits, as Kubernetes requires for extended resources).
+    Raises ValueError for ``gpus < 1``.
+    """
+    if gpus < 1:
+        raise ValueError(f"a trigger needs at least one whole GPU, got {gpus}")
+    node_selector: dict[str, str] = {NODEPOOL_LABEL: group.pool}
+    if group.model:
+        node_selector[settings.gpu_name_label] = group.model
+    node_selector.update(dict(group.selector))
+    serves_text = ",".join(str(ref) for ref in serves)
+    if len(serves_text) > MAX_SERVES_CHARS:
+        serves_text = serves_text[: MAX_SERVES_CHARS - 3] + "..."
+    annotations = {
+        ANNOTATION_POOL: group.pool,
+        ANNOTATION_GPUS: str(gpus),
+        ANNOTATION_SELECTOR: json.dumps(dict(group.selector), sort_keys=True),
+        ANNOTATION_SERVES: serves_text,
+    }
+    if group.model:
+        annotations[ANNOTATION_MODEL] = group.model
+    resources = {
+        "requests": {"nvidia.com/gpu": str(gpus), "cpu": settings.cpu, "memory": settings.memory},
+        "limits": {"nvidia.com/gpu": str(gpus), "memory": settings.memory},
+    }
+    spec: dict[str, Any] = {
+        "nodeSelector": node_selector,
+        "tolerations": tolerations_for(pool),
+        "containers": [
+            {
+                "name": "pause",
+                "image": settings.image,
+                "resources": resources,
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "runAsNonRoot": True,
+                    "runAsUser": 65535,
+                    "capabilities": {"drop": ["ALL"]},
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+            }
+        ],
+        "restartPolicy": "Always",
+        "terminationGracePeriodSeconds": 0,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+    }
+    if settings.priority_class:
+        spec["priorityClassName"] = settings.priority_class
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": f"gi-{_dns_label(group.pool)}-{_dns_label(group.model or 'any')}-",
+            "namespace": settings.namespace,
+            "labels": {
+                TRIGGER_LABEL: TRIGGER_LABEL_VALUE,
+                MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+                HAMI_IGNORE_LABEL: HAMI_IGNORE_VALUE,
+            },
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }

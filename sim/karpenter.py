@@ -1,0 +1,677 @@
+"""Karpenter's provisioner, simulated against the sim's object store.
+
+`solve` is a purely computational function (Karpenter's ``Scheduler.Solve``,
+kubernetes-sigs/karpenter ``pkg/controllers/provisioning/scheduling/scheduler.go``); the
+side effects (NodeClaims, events, logs) happen in `KarpenterSim`, whose loop is the
+provisioner's (``provisioning/provisioner.go``, ``batcher.go``, ``controller.go``). The
+NodeClaim lifecycle, NodePool status and the cluster-state view live in
+`sim.nodeclaims`.
+
+Pod error messages follow current Karpenter (v1.4+, checked against v1.8), whose
+structured ``serrors`` keep the NodePool name and the taint out of the text:
+``no instance type has enough resources, requirements=..., resources=...``, ``did not
+tolerate taint``, ``all available instance types exceed limits for nodepool``, joined by
+"; " across NodePools. ``legacy_messages=True`` gives the v1.0-v1.3 wording instead:
+``incompatible with nodepool "gpu", daemonset overhead={"pods":"0"}, <reason>``, ``did not
+tolerate <key>=<value>:<effect>``, ``... exceed limits for nodepool: "gpu"``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Final
+
+from gpu_intent.quantity import parse_quantity
+from sim import nodeclaims as lifecycle
+from sim.catalog import CATALOG, InstanceType, format_resources, offering_requirements
+from sim.events import EventRecorder
+from sim.nodeclaims import ExistingNode, KarpenterTimings, Lifecycle
+from sim.requirements import (
+    NODEPOOL_LABEL,
+    WELL_KNOWN_LABELS,
+    Requirement,
+    Requirements,
+    from_labels,
+    nodepool_labels,
+    nodepool_requirements,
+    pod_requirements,
+    preferred_terms,
+    required_terms,
+    validate_pod,
+)
+from sim.scheduling import pod_requests, tolerates
+from sim.store import NODECLAIMS, NODEPOOLS, NODES, PODS, ApiError, Store
+
+__all__ = [
+    "Batcher",
+    "KarpenterSim",
+    "KarpenterTimings",
+    "NewNodeClaim",
+    "Results",
+    "Snapshot",
+    "fits",
+    "is_provisionable",
+    "solve",
+]
+
+log = logging.getLogger(__name__)
+
+Obj = Mapping[str, Any]
+_ZERO: Final = Decimal(0)
+#: ``RequestsForPods()`` of no DaemonSet pods, as Karpenter prints the overhead.
+_DAEMON_OVERHEAD: Final = '{"pods":"0"}'
+_PREFER_NO_SCHEDULE: Final = {"operator": "Exists", "effect": "PreferNoSchedule"}
+
+
+def is_provisionable(pod: Obj) -> bool:
+    """``IsProvisionable`` (``pkg/utils/pod/scheduling.go``): condition PodScheduled with
+    reason Unschedulable (status not read), no ``spec.nodeName``, no
+    ``status.nominatedNodeName``, not owned by a ``apps/v1`` DaemonSet or a ``v1`` Node.
+    Terminal and terminating pods are not excluded; scheduler name and priority not read."""
+    status = pod.get("status") or {}
+    if not any(
+        c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+        for c in status.get("conditions") or ()
+    ):
+        return False
+    if (pod.get("spec") or {}).get("nodeName") or status.get("nominatedNodeName"):
+        return False
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or ()
+    return not any(
+        (o.get("apiVersion"), o.get("kind")) in (("apps/v1", "DaemonSet"), ("v1", "Node"))
+        for o in owners
+    )
+
+
+@functools.cache
+def _allocatable(it: InstanceType) -> dict[str, Decimal]:
+    return it.allocatable()
+
+
+@functools.cache
+def _capacity(it: InstanceType) -> dict[str, Decimal]:
+    return it.capacity()
+
+
+def fits(requests: Mapping[str, Decimal], allocatable: Mapping[str, Decimal]) -> bool:
+    """``resources.Fits``: every request within allocatable, a resource it does not list
+    counting as 0 (so ``nvidia.com/gpumem`` never fits); any negative allocatable fails."""
+    if any(v < 0 for v in allocatable.values()):
+        return False
+    return all(q <= allocatable.get(k, _ZERO) for k, q in requests.items())
+
+
+def _merge(*lists: Mapping[str, Decimal]) -> dict[str, Decimal]:
+    out: dict[str, Decimal] = {}
+    for resources in lists:
+        for k, v in resources.items():
+            out[k] = out.get(k, _ZERO) + v
+    return out
+
+
+def _concise(resources: Mapping[str, Decimal]) -> str:
+    """``resources.String``: the resource list as compact JSON, keys sorted."""
+    return json.dumps(format_resources(resources), separators=(",", ":"))
+
+
+def _untolerated(
+    taints: Sequence[Obj], tolerations: Sequence[Obj], legacy: bool = False
+) -> str | None:
+    """``Taints.Tolerates``: every taint, whatever its effect, must be tolerated."""
+    errors = [
+        f"did not tolerate {t.get('key', '')}={t.get('value', '')}:{t.get('effect', '')}"
+        if legacy
+        else "did not tolerate taint"
+        for t in taints
+        if not any(tolerates(tol, t) for tol in tolerations)
+    ]
+    return "; ".join(errors) or None
+
+
+def _filter_instance_types(
+    options: Sequence[InstanceType],
+    reqs: Requirements,
+    requests: Mapping[str, Decimal],
+    total: Mapping[str, Decimal],
+) -> tuple[list[InstanceType], str | None]:
+    """``filterInstanceTypesByRequirements`` and ``InstanceTypeFilterError``'s wording
+    (``scheduling/nodeclaim.go``): the options meeting ``reqs``, fitting ``total`` and
+    having an offering, or the reason none does."""
+    remaining: list[InstanceType] = []
+    met = fit = offer = met_fit = met_offer = fit_offer = False
+    # Every type has the same offerings (zones x capacity types), so this is per call.
+    has_offering = any(
+        reqs.compatible(o, WELL_KNOWN_LABELS) is None for o in offering_requirements()
+    )
+    for it in options:
+        compat = it.requirements().intersects(reqs) is None
+        it_fits = fits(total, _allocatable(it))
+        met, fit, offer = met or compat, fit or it_fits, offer or has_offering
+        met_fit = met_fit or (compat and it_fits and not has_offering)
+        met_offer = met_offer or (compat and has_offering and not it_fits)
+        fit_offer = fit_offer or (it_fits and has_offering and not compat)
+        if compat and it_fits and has_offering:
+            remaining.append(it)
+    if remaining:
+        return remaining, None
+    if not (met or fit or offer):
+        what = "met the scheduling requirements or had enough resources or had a required offering"
+    elif not (met or fit):
+        what = "met the scheduling requirements or had enough resources"
+    elif not (met or offer):
+        what = "met the scheduling requirements or had a required offering"
+    elif not (fit or offer):
+        what = "had enough resources or had a required offering"
+    elif not met:
+        what = "met all requirements"
+    elif not fit:
+        what = "has enough resources"
+    elif not offer:
+        what = "has the required offering"
+    elif met_fit:
+        what = "which met the scheduling requirements and had enough resources, had a required offering"
+    elif fit_offer:
+        what = (
+            "which had enough resources and the required offering met the scheduling requirements"
+        )
+    elif met_offer:
+        what = "which met the scheduling requirements and the required offering had the required resources"
+    else:
+        what = "met the requirements/resources/offering tuple"
+    message = f"no instance type {what}, requirements={reqs}, resources={_concise(_merge({'pods': _ZERO}, requests))}"
+    if not fit and requests.get("cpu", _ZERO) >= 1_000_000:
+        message += " (CPU request >= 1 Million, m vs M typo?)"
+    return [], message
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one provisioning pass decides from: ``pods`` pending (provisionable and
+    valid), ``nodepools`` Ready and not deleting, ``existing`` capacity (Nodes and
+    in-flight NodeClaims, taken before the pods, as ``Provisioner.Schedule`` does), and
+    whether errors use the v1.0-v1.3 wording (see the module docstring)."""
+
+    pods: Sequence[Obj]
+    nodepools: Sequence[Obj]
+    existing: Sequence[ExistingNode] = ()
+    catalog: Sequence[InstanceType] = CATALOG
+    legacy_messages: bool = False
+
+
+@dataclass
+class NewNodeClaim:
+    """A NodeClaim the solve wants: its pool, the requirements it accumulated, the
+    instance types still fitting all its ``pods`` (cheapest first) and summed requests."""
+
+    nodepool: str
+    requirements: Requirements
+    instance_types: list[InstanceType]
+    requests: dict[str, Decimal]
+    pods: list[Obj] = field(default_factory=list)
+    taints: Sequence[Obj] = ()
+
+
+@dataclass
+class Results:
+    """``scheduling.Results``: ``new_nodeclaims`` to create, pods placed on ``existing``
+    capacity (by `ExistingNode`), and why the others fit nowhere (pod ``ns/name`` ->
+    message without the ``Failed to schedule pod,`` prefix)."""
+
+    new_nodeclaims: list[NewNodeClaim]
+    existing: list[tuple[ExistingNode, list[Obj]]]
+    errors: dict[str, str]
+
+
+def _pod_key(pod: Obj) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _pod_order(item: tuple[Obj, dict[str, Decimal]]) -> tuple[Decimal, Decimal, str, str]:
+    """``byCPUAndMemoryDescending`` (``scheduling/queue.go``): cpu, memory descending,
+    then creation time and uid ascending."""
+    pod, requests = item
+    meta = pod.get("metadata") or {}
+    return (
+        -requests.get("cpu", _ZERO),
+        -requests.get("memory", _ZERO),
+        str(meta.get("creationTimestamp", "")),
+        str(meta.get("uid", "")),
+    )
+
+
+@dataclass
+class _Template:
+    name: str
+    requirements: Requirements
+    taints: list[Obj]
+    options: list[InstanceType]
+
+
+@dataclass
+class _Existing:
+    node: ExistingNode
+    requirements: Requirements
+    remaining: dict[str, Decimal]
+    pods: list[Obj] = field(default_factory=list)
+
+
+class _Solver:
+    """One ``Scheduler``: templates by weight, existing capacity, NodeClaims in the making."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.legacy = snapshot.legacy_messages
+        self.templates: list[_Template] = []
+        pools = sorted(
+            snapshot.nodepools,
+            key=lambda p: (-int((p.get("spec") or {}).get("weight") or 0), p["metadata"]["name"]),
+        )
+        self.remaining: dict[str, dict[str, Decimal]] = {}
+        for pool in pools:
+            name, spec = pool["metadata"]["name"], (pool.get("spec") or {})
+            reqs = nodepool_requirements(pool)
+            options, _ = _filter_instance_types(snapshot.catalog, reqs, {}, {})
+            if not options:  # NewScheduler drops pools whose requirements match no type
+                log.debug(
+                    "skipping nodepool %s: requirements filtered out all instance types", name
+                )
+                continue
+            options.sort(key=lambda it: it.price)
+            taints = list(((spec.get("template") or {}).get("spec") or {}).get("taints") or ())
+            self.templates.append(_Template(name, reqs, taints, options))
+            if spec.get("limits"):
+                try:
+                    self.remaining[name] = {
+                        k: parse_quantity(v, f"nodepool {name} spec.limits[{k!r}]")
+                        for k, v in spec["limits"].items()
+                    }
+                except ValueError as e:  # the CRD's pattern makes this unreachable in a cluster
+                    log.warning("ignoring limits: %s", e)
+        self.tolerate_prefer_no_schedule = any(
+            t.get("effect") == "PreferNoSchedule" for p in self.templates for t in p.taints
+        )
+        for node in snapshot.existing:  # updateRemainingResources: subtract node capacity
+            pool_limits = self.remaining.get(node.labels.get(NODEPOOL_LABEL, ""))
+            if pool_limits is not None:
+                for k in pool_limits:
+                    pool_limits[k] -= node.capacity.get(k, _ZERO)
+        existing = sorted(snapshot.existing, key=lambda n: (not n.initialized, n.name))
+        self.existing = [
+            _Existing(
+                n, from_labels({**n.labels, "kubernetes.io/hostname": n.name}), dict(n.available)
+            )
+            for n in existing
+        ]
+        self.new: list[NewNodeClaim] = []
+
+    def schedule(self, pod: Obj, requests: dict[str, Decimal]) -> str | None:
+        """``trySchedule``: add the pod, relaxing preferences after each failure."""
+        skip_required = skip_preferred = 0
+        tolerations = list((pod.get("spec") or {}).get("tolerations") or ())
+        n_required, n_preferred = len(required_terms(pod)), len(preferred_terms(pod))
+        while True:
+            reqs = pod_requirements(pod, skip_required=skip_required, skip_preferred=skip_preferred)
+            error = self._add(pod, requests, reqs, tolerations)
+            if error is None:
+                return None
+            if skip_required < n_required - 1:
+                skip_required += 1
+            elif skip_preferred < n_preferred:
+                skip_preferred += 1
+            elif self.tolerate_prefer_no_schedule and _PREFER_NO_SCHEDULE not in tolerations:
+                tolerations.append(_PREFER_NO_SCHEDULE)
+            else:
+                return error
+
+    def _add(
+        self, pod: Obj, requests: dict[str, Decimal], reqs: Requirements, tolerations: list[Obj]
+    ) -> str | None:
+        for ex in self.existing:  # addToExistingNode: first that fits (ExistingNode.CanAdd)
+            if (
+                _untolerated(ex.node.taints, tolerations) is None
+                and fits(requests, ex.remaining)
+                and ex.requirements.compatible(reqs) is None
+            ):
+                ex.pods.append(pod)
+                ex.remaining = _merge(ex.remaining, {k: -v for k, v in requests.items()})
+                ex.requirements = ex.requirements.add(reqs)
+                return None
+        self.new.sort(key=lambda n: len(n.pods))  # addToInflightNode: fewest pods first
+        for claim in self.new:
+            total = _merge(claim.requests, requests)
+            if not any(fits(total, _allocatable(it)) for it in claim.instance_types):
+                continue  # full: a cheap early exit (in-flight failures are never reported)
+            added = self._can_add(
+                claim.taints,
+                claim.requirements,
+                claim.requests,
+                claim.instance_types,
+                requests,
+                reqs,
+                tolerations,
+            )
+            if not isinstance(added, str):
+                claim.requirements, claim.instance_types = added
+                claim.requests = _merge(claim.requests, requests)
+                claim.pods.append(pod)
+                return None
+        if not self.templates:
+            return "nodepool requirements filtered out all available instance types"
+        errors = []
+        for t in self.templates:  # addToNewNodeClaim, by weight
+            options = t.options
+            limits = self.remaining.get(t.name)
+            if limits is not None:
+                options = [
+                    it
+                    for it in options
+                    if all(_capacity(it).get(k, _ZERO) <= v for k, v in limits.items())
+                ]
+                if not options:
+                    errors.append(
+                        f'all available instance types exceed limits for nodepool: "{t.name}"'
+                        if self.legacy
+                        else "all available instance types exceed limits for nodepool"
+                    )
+                    continue
+            added = self._can_add(
+                t.taints, t.requirements, {"pods": _ZERO}, options, requests, reqs, tolerations
+            )
+            if isinstance(added, str):
+                if self.legacy:
+                    added = f'incompatible with nodepool "{t.name}", daemonset overhead={_DAEMON_OVERHEAD}, {added}'
+                errors.append(added)
+                continue
+            claim_reqs, its = added
+            self.new.append(
+                NewNodeClaim(
+                    t.name, claim_reqs, its, _merge({"pods": _ZERO}, requests), [pod], t.taints
+                )
+            )
+            if limits is not None:  # subtractMax: assume the biggest option launches
+                for k in limits:
+                    limits[k] -= max(_capacity(it).get(k, _ZERO) for it in its)
+            return None
+        return "; ".join(errors)
+
+    def _can_add(
+        self,
+        taints: Sequence[Obj],
+        claim_reqs: Requirements,
+        claim_requests: Mapping[str, Decimal],
+        options: Sequence[InstanceType],
+        requests: Mapping[str, Decimal],
+        reqs: Requirements,
+        tolerations: list[Obj],
+    ) -> tuple[Requirements, list[InstanceType]] | str:
+        """``NodeClaim.CanAdd``: taints (``taints``, not ``startupTaints``), requirements,
+        then the instance types that fit everything."""
+        if error := _untolerated(taints, tolerations, self.legacy):
+            return error
+        if error := claim_reqs.compatible(reqs, WELL_KNOWN_LABELS):
+            return f"incompatible requirements, {error}"
+        merged = claim_reqs.add(reqs)
+        remaining, error = _filter_instance_types(
+            options, merged, requests, _merge(claim_requests, requests)
+        )
+        return error if error is not None else (merged, remaining)
+
+
+def solve(snapshot: Snapshot) -> Results:
+    """Decide where the snapshot's pending pods go (``Scheduler.Solve``), purely.
+
+    Pods are taken in ``byCPUAndMemoryDescending`` order; each goes to the first existing
+    Node or in-flight NodeClaim (initialized first, then by name) it tolerates, matches and
+    fits (allocatable minus bound pods and pods placed earlier in this solve), else to a
+    NodeClaim being built in this solve (fewest pods first; its instance types narrow to
+    those still fitting all its pods), else to a new NodeClaim from the first NodePool (by
+    weight desc, name) it tolerates and is compatible with, that some instance type fits
+    and whose ``spec.limits`` leave room. Failing that, after preference relaxation, the
+    pod gets the error Karpenter would report.
+    """
+    solver = _Solver(snapshot)
+    errors: dict[str, str] = {}
+    queue = []
+    for pod in snapshot.pods:
+        try:
+            queue.append((pod, pod_requests(pod)))
+        except ValueError as e:
+            errors[_pod_key(pod)] = f"invalid resource requests, {e}"
+    for pod, requests in sorted(queue, key=_pod_order):
+        if (error := solver.schedule(pod, requests)) is not None:
+            errors[_pod_key(pod)] = error
+    for claim in solver.new:
+        claim.instance_types.sort(key=lambda it: it.price)
+    placed = [(ex.node, ex.pods) for ex in solver.existing if ex.pods]
+    return Results(solver.new, placed, errors)
+
+
+class Batcher:
+    """``batcher.go``: the first trigger opens a window; it closes `idle` seconds after the
+    last new key or `maximum` seconds after opening. A key already in the window does not
+    extend it (``Trigger`` dedupes by pod UID). Times come from the caller's clock."""
+
+    def __init__(self, idle: float, maximum: float) -> None:
+        self.idle, self.maximum = idle, maximum
+        self._keys: set[str] = set()
+        self._opened: float | None = None
+        self._last = 0.0
+
+    def trigger(self, key: str, now: float) -> None:
+        """Record ``key`` at ``now`` (seconds)."""
+        if key in self._keys:
+            return
+        self._keys.add(key)
+        if self._opened is None:
+            self._opened = now
+        self._last = now
+
+    @property
+    def deadline(self) -> float | None:
+        """When the open window closes, or None when no window is open."""
+        if self._opened is None:
+            return None
+        return min(self._last + self.idle, self._opened + self.maximum)
+
+    def take(self, now: float) -> bool:
+        """True, and the window reset, if a window closed by ``now``."""
+        deadline = self.deadline
+        if deadline is None or now < deadline:
+            return False
+        self._keys.clear()
+        self._opened = None
+        return True
+
+
+def _instance_list(names: Sequence[str]) -> str:
+    """``instanceTypeList``: the first five names, then "and N other(s)"."""
+    shown = ", ".join(names[:5])
+    return shown + (f" and {len(names) - 5} other(s)" if len(names) > 5 else "")
+
+
+class KarpenterSim:
+    """Karpenter, simulated: NodePool status, provisioning and the NodeClaim lifecycle.
+
+    `run` loops until cancelled: each pass (`reconcile`) is synchronous and writes only
+    when something is due. A provisionable pod triggers the batcher when first seen, when
+    its resourceVersion changes and every ``requeue_seconds`` (``controller.go``); a
+    closed batch window provisions (`solve`, then NodeClaims and events) unless some
+    NodeClaim has no ``status.providerID`` yet (``Cluster.Synced``), in which case the
+    batch is dropped and the pods' requeue brings it back.
+
+    Args:
+        store: the sim's object store, used in-process.
+        catalog: instance types the simulated cloud offers.
+        timings: batch windows, requeue and lifecycle delays (seconds).
+        recorder: where Events go; a ``karpenter`` `EventRecorder` by default.
+        clock: monotonic seconds for batching, requeue and event dedupe (inject in tests).
+        rng: zones, node IPs and instance IDs.
+        legacy_messages: FailedScheduling in Karpenter v1.0-v1.3 wording.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        catalog: Sequence[InstanceType] = CATALOG,
+        timings: KarpenterTimings = KarpenterTimings(),  # noqa: B008 - frozen dataclass
+        recorder: EventRecorder | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        legacy_messages: bool = False,
+    ) -> None:
+        self._store, self._catalog, self._timings = store, tuple(catalog), timings
+        self._clock, self._legacy = clock, legacy_messages
+        self._recorder = recorder or EventRecorder(store, "karpenter", monotonic=clock)
+        self._batcher = Batcher(timings.batch_idle_seconds, timings.batch_max_seconds)
+        self._requeue: dict[str, tuple[str, float]] = {}  # pod uid -> (resourceVersion, due)
+        self._dedupe: dict[tuple[str, str], float] = {}  # (reason, pod uid) -> expiry
+        self._tokens, self._tokens_at = 10.0, clock()
+        self._lifecycle = Lifecycle(
+            store, self._catalog, timings, rng=rng or random.Random(), on_event=self._event
+        )
+
+    async def run(self) -> None:
+        """Reconcile on every store change and timer until cancelled; a failed pass is
+        logged and retried a second later."""
+        try:
+            await self._store.run_passes(self.reconcile, "karpenter")
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Cancel the NodeClaim lifecycle tasks (`run` does so when cancelled)."""
+        self._lifecycle.close()
+
+    def reconcile(self) -> float | None:
+        """One pass; returns the seconds until timed work is due (None: none pending)."""
+        self._lifecycle.reconcile()
+        now = self._clock()
+        self._trigger(self._store.list(PODS, copy_objects=False)[0], now)
+        if self._batcher.take(now):
+            self._provision()
+        due = [t for _, t in self._requeue.values()]
+        if self._batcher.deadline is not None:
+            due.append(self._batcher.deadline)
+        return max(0.0, min(due) - now) if due else None
+
+    def _trigger(self, pods: Sequence[Obj], now: float) -> None:
+        seen = set()
+        for pod in pods:
+            if not is_provisionable(pod):
+                continue
+            uid, rv = pod["metadata"]["uid"], str(pod["metadata"].get("resourceVersion", ""))
+            seen.add(uid)
+            last = self._requeue.get(uid)
+            if last is None or last[0] != rv or now >= last[1]:
+                self._batcher.trigger(uid, now)
+                self._requeue[uid] = (rv, now + self._timings.requeue_seconds)
+        for uid in set(self._requeue) - seen:
+            del self._requeue[uid]
+
+    def _provision(self) -> None:
+        """``Provisioner.Reconcile`` after a batch: capacity first, then pending pods."""
+        nodes = self._store.list(NODES, copy_objects=False)[0]
+        claims = self._store.list(NODECLAIMS, copy_objects=False)[0]
+        if any(not (c.get("status") or {}).get("providerID") for c in claims):
+            log.debug("waiting on cluster sync: a nodeclaim has no provider ID yet")
+            return
+        pods = self._store.list(PODS, copy_objects=False)[0]
+        existing = lifecycle.existing_nodes(nodes, claims, pods)
+        pending = []
+        for pod in pods:
+            if is_provisionable(pod):
+                if (reason := validate_pod(pod)) is None:
+                    pending.append(pod)
+                else:
+                    log.debug("ignoring pod %s, %s", _pod_key(pod), reason)
+        if not pending:
+            return
+        pools = {
+            p["metadata"]["name"]: p
+            for p in self._store.list(NODEPOOLS, copy_objects=False)[0]
+            if lifecycle.condition_true(p, "Ready") and not p["metadata"].get("deletionTimestamp")
+        }
+        if not pools:
+            log.info("no nodepools found")
+            return
+        results = solve(
+            Snapshot(pending, list(pools.values()), existing, self._catalog, self._legacy)
+        )
+        by_key = {_pod_key(p): p for p in pending}
+        for key, error in results.errors.items():
+            if self._dedupe_ok("FailedScheduling", by_key[key], 300.0):
+                log.info("could not schedule pod %s: %s", key, error)
+                self._event(
+                    by_key[key], "Warning", "FailedScheduling", f"Failed to schedule pod, {error}"
+                )
+        for node, placed in results.existing:
+            for placed_pod in placed:
+                self._nominate(placed_pod, node.nodeclaim, node.node)
+        for claim in results.new_nodeclaims:
+            name = self._create(claim, pools[claim.nodepool])
+            for placed_pod in claim.pods if name else ():
+                self._nominate(placed_pod, name, None)
+
+    def _create(self, claim: NewNodeClaim, pool: Obj) -> str | None:
+        """``Provisioner.Create``: the NodeClaim for ``claim``, conditions Unknown."""
+        names = [it.name for it in claim.instance_types]
+        reqs = claim.requirements.add(
+            Requirement.new("node.kubernetes.io/instance-type", "In", names)
+        )
+        obj = lifecycle.nodeclaim_object(
+            pool, nodepool_labels(pool), reqs.node_selector_requirements(), claim.requests
+        )
+        obj["status"] = lifecycle.initial_nodeclaim_status(lifecycle.utc_now())
+        try:
+            created = self._store.create(NODECLAIMS, obj)
+            if not (created.get("status") or {}).get("conditions"):  # status dropped on create
+                self._store.update(
+                    NODECLAIMS, {**created, "status": obj["status"]}, subresource="status"
+                )
+        except ApiError as e:
+            log.error("creating nodeclaim for nodepool %s: %s", claim.nodepool, e.message)
+            return None
+        name = str(created["metadata"]["name"])
+        log.info(
+            "created nodeclaim %s (nodepool %s) for %d pod(s), instance types: %s",
+            name,
+            claim.nodepool,
+            len(claim.pods),
+            _instance_list(names),
+        )
+        return name
+
+    def _dedupe_ok(self, reason: str, pod: Obj, seconds: float) -> bool:
+        """Karpenter's recorder dedupe: once per (reason, pod UID) per ``seconds``."""
+        now, key = self._clock(), (reason, str(pod["metadata"].get("uid", "")))
+        self._dedupe = {k: t for k, t in self._dedupe.items() if t > now}
+        if key in self._dedupe:
+            return False
+        self._dedupe[key] = now + seconds
+        return True
+
+    def _nominate(self, pod: Obj, nodeclaim: str | None, node: str | None) -> None:
+        """``NominatePodEvent``: deduped per pod for 2 minutes, then rate limited
+        (``PodNominationRateLimiter``: 5 per second, burst 10)."""
+        if not self._dedupe_ok("Nominated", pod, 120.0):
+            return
+        now = self._clock()
+        self._tokens = min(10.0, self._tokens + (now - self._tokens_at) * 5)
+        self._tokens_at = now
+        if self._tokens < 1:
+            return
+        self._tokens -= 1
+        where = [f"nodeclaim/{nodeclaim}"] if nodeclaim else []
+        where += [f"node/{node}"] if node else []
+        self._event(pod, "Normal", "Nominated", f"Pod should schedule on: {', '.join(where)}")
+
+    def _event(self, involved: Obj, type_: str, reason: str, message: str) -> None:
+        self._recorder.record(involved, type_, reason, message)

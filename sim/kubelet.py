@@ -1,0 +1,222 @@
+"""The sim's kubelets (one object for every node) and the pod garbage collector.
+
+`SimKubelet` re-scans the store on every change and on its own timers:
+
+- a pod bound to an existing node whose ``Ready`` condition is ``True`` becomes
+  ``Running`` ``start_seconds`` after the kubelet first sees it so: conditions
+  ``PodReadyToStartContainers``, ``Initialized``, ``ContainersReady`` and ``Ready`` True
+  (``PodScheduled`` kept), ``hostIP`` (the node's InternalIP), ``podIP``, ``startTime``
+  and running ``containerStatuses`` (kubelet ``pkg/kubelet/status`` and
+  ``kubelet_pods.go`` ``generateAPIPodStatus``);
+- a bound pod with ``deletionTimestamp`` is removed ``min(termination_seconds, its grace
+  period)`` after the kubelet first sees it terminating: the kubelet's final delete with
+  grace 0 once its containers have stopped (``pkg/kubelet/status/status_manager.go``);
+- a pod bound to a node that no longer exists is removed (kube-controller-manager PodGC
+  ``gcOrphaned``, which in a real cluster first waits a 40 s quarantine).
+
+A cordoned (``spec.unschedulable``) node still runs its pods. Nothing is written when
+nothing changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from sim.scheduling import is_bound, is_terminal, is_terminating
+from sim.store import NODES, PODS, ApiError, NotFound, Obj, Store, rfc3339
+
+__all__ = ["SimKubelet"]
+
+log = logging.getLogger(__name__)
+
+_DEFAULT_GRACE_SECONDS = 30  # core/v1 PodSpec.terminationGracePeriodSeconds default
+_READY_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
+
+
+def _node_ready(node: Mapping[str, Any]) -> bool:
+    for condition in (node.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return False
+
+
+def _host_ip(node: Mapping[str, Any]) -> str:
+    """The node's InternalIP, else a stable made-up 10.0.x.y address."""
+    for address in (node.get("status") or {}).get("addresses") or ():
+        if address.get("type") == "InternalIP" and address.get("address"):
+            return str(address["address"])
+    digest = hashlib.sha256(node["metadata"]["name"].encode()).digest()
+    return f"10.0.{digest[0]}.{digest[1] % 254 + 1}"
+
+
+def _grace_seconds(pod: Mapping[str, Any]) -> float:
+    meta = pod.get("metadata") or {}
+    grace = meta.get("deletionGracePeriodSeconds")
+    if grace is None:
+        grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", _DEFAULT_GRACE_SECONDS)
+    try:
+        return max(float(grace), 0.0)
+    except (TypeError, ValueError):
+        return float(_DEFAULT_GRACE_SECONDS)
+
+
+def _ref(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _set_running(pod: Obj, host_ip: str, pod_ip: str, now: str) -> None:
+    """Status of a pod whose containers all started and are ready."""
+    spec = pod.get("spec") or {}
+    status = pod.setdefault("status", {})
+    status["phase"] = "Running"
+    status["hostIP"] = host_ip
+    status["hostIPs"] = [{"ip": host_ip}]
+    status["podIP"] = pod_ip
+    status["podIPs"] = [{"ip": pod_ip}]
+    status.setdefault("startTime", now)
+    conditions = [
+        c for c in status.get("conditions") or () if c.get("type") not in _READY_CONDITIONS
+    ]
+    for type_ in _READY_CONDITIONS:
+        conditions.append(
+            {"type": type_, "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
+        )
+    status["conditions"] = conditions
+
+    def container_status(container: Mapping[str, Any], running: bool) -> Obj:
+        name = str(container.get("name", ""))
+        state: Obj = (
+            {"running": {"startedAt": now}}
+            if running
+            else {
+                "terminated": {
+                    "exitCode": 0,
+                    "reason": "Completed",
+                    "startedAt": now,
+                    "finishedAt": now,
+                }
+            }
+        )
+        return {
+            "name": name,
+            "image": container.get("image", ""),
+            "imageID": "",
+            "containerID": "containerd://"
+            + hashlib.sha256(f"{_ref(pod)}/{name}".encode()).hexdigest(),
+            "ready": running,
+            "started": running,
+            "restartCount": 0,
+            "state": state,
+        }
+
+    status["containerStatuses"] = [container_status(c, True) for c in spec.get("containers") or ()]
+    init = spec.get("initContainers") or ()
+    if init:
+        status["initContainerStatuses"] = [
+            container_status(c, c.get("restartPolicy") == "Always") for c in init
+        ]
+
+
+class SimKubelet:
+    """Starts bound pods, finishes graceful deletions and collects orphaned pods.
+
+    Args:
+        store: the sim's object store.
+        start_seconds: seconds from a pod being bound to a Ready node to ``Running``.
+        termination_seconds: longest time a terminating pod takes to stop (its own
+            grace period, if shorter, wins).
+        monotonic: clock in seconds (inject a fake one in tests).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        start_seconds: float = 0.2,
+        termination_seconds: float = 0.2,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._start = start_seconds
+        self._termination = termination_seconds
+        self._monotonic = monotonic
+        self._starting: dict[str, float] = {}
+        self._stopping: dict[str, float] = {}
+        self._next_ip = 0
+
+    async def run(self) -> None:
+        """Sync on every store change and when a timer is due, until cancelled."""
+        await self._store.run_passes(self.sync_once, "kubelet")
+
+    def sync_once(self) -> float | None:
+        """One pass over bound pods; returns seconds until the next timer (None: none)."""
+        now = self._monotonic()
+        pods, _ = self._store.list(PODS, copy_objects=False)
+        nodes = {n["metadata"]["name"]: n for n in self._store.iter_objects(NODES)}
+        seen: set[str] = set()
+        due: list[float] = []
+        for pod in pods:
+            if not is_bound(pod):
+                continue
+            uid = pod["metadata"]["uid"]
+            seen.add(uid)
+            node = nodes.get(pod["spec"]["nodeName"])
+            if node is None:
+                log.info("removing %s: its node %s is gone", _ref(pod), pod["spec"]["nodeName"])
+                self._remove(pod)
+            elif is_terminating(pod):
+                deadline = self._stopping.setdefault(
+                    uid, now + min(self._termination, _grace_seconds(pod))
+                )
+                if now >= deadline:
+                    log.info("removing %s: terminated on %s", _ref(pod), node["metadata"]["name"])
+                    self._remove(pod)
+                else:
+                    due.append(deadline)
+            elif (pod.get("status") or {}).get("phase") != "Running" and not is_terminal(pod):
+                if not _node_ready(node):
+                    self._starting.pop(uid, None)
+                    continue
+                deadline = self._starting.setdefault(uid, now + self._start)
+                if now >= deadline:
+                    self._starting.pop(uid, None)
+                    self._run_pod(pod, node)
+                else:
+                    due.append(deadline)
+        self._starting = {u: t for u, t in self._starting.items() if u in seen}
+        self._stopping = {u: t for u, t in self._stopping.items() if u in seen}
+        return max(min(due) - now, 0.0) if due else None
+
+    def _remove(self, pod: Mapping[str, Any]) -> None:
+        meta = pod["metadata"]
+        with contextlib.suppress(NotFound):  # already gone: nothing to do
+            self._store.force_remove(PODS, meta["namespace"], meta["name"])
+
+    def _run_pod(self, pod: Mapping[str, Any], node: Mapping[str, Any]) -> None:
+        meta = pod["metadata"]
+        host_ip = _host_ip(node)
+        if (pod.get("spec") or {}).get("hostNetwork"):
+            pod_ip = host_ip
+        else:
+            self._next_ip += 1
+            pod_ip = f"10.244.{self._next_ip // 254 % 256}.{self._next_ip % 254 + 1}"
+        stamp = rfc3339(datetime.now(UTC))
+        try:
+            self._store.mutate(
+                PODS,
+                meta["namespace"],
+                meta["name"],
+                lambda obj: _set_running(obj, host_ip, pod_ip, stamp),
+                subresource="status",
+            )
+        except ApiError as e:
+            log.warning("starting %s failed: %s", _ref(pod), e.message)
+            return
+        log.info("%s is running on %s (pod IP %s)", _ref(pod), node["metadata"]["name"], pod_ip)

@@ -1,0 +1,762 @@
+"""The simulated Karpenter's NodeClaim lifecycle, NodePool status and cluster-state view.
+
+Sources (kubernetes-sigs/karpenter v1 unless noted):
+
+- `existing_nodes`: ``pkg/controllers/state`` ``StateNode`` (a Node and its NodeClaim,
+  linked by provider ID; an uninitialized managed node is judged by its NodeClaim's taints
+  and allocatable, since the node has not reported them yet);
+- `nodeclaim_object`: ``provisioning/scheduling/nodeclaimtemplate.go`` ``ToNodeClaim``;
+- conditions: awslabs/operatorpkg ``status/condition_set.go`` (Unknown with reason
+  ``AwaitingReconciliation``, True with the type as reason, root ``Ready`` recomputed
+  from ``Launched``, ``Registered``, ``Initialized``; ``lastTransitionTime`` moves only
+  when status, reason or message change);
+- lifecycle: ``pkg/controllers/nodeclaim/lifecycle`` ``launch.go`` (cloud provider
+  Create, then ``PopulateNodeClaimDetails``), ``registration.go`` (the Node joins, gets
+  the NodeClaim's labels, ``karpenter.sh/registered`` and its taints),
+  ``initialization.go`` (Ready, startup taints gone, extended resources registered), and
+  ``termination`` (Node deleted, finalizer removed). The instance details follow the AWS
+  provider (``pkg/cloudprovider/cloudprovider.go``, ``pkg/providers/instance``).
+
+The sim also plays the kubelet, device plugin and GPU Feature Discovery of each new node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, Final
+
+from gpu_intent.intent import IntentError
+from gpu_intent.quantity import parse_quantity
+from sim.catalog import CAPACITY_TYPES, ZONES, InstanceType, format_resources
+from sim.requirements import NODEPOOL_LABEL, from_node_selector
+from sim.scheduling import is_terminal, pod_requests
+from sim.store import (
+    NODECLAIMS,
+    NODEPOOLS,
+    NODES,
+    AlreadyExists,
+    ApiError,
+    NotFound,
+    Store,
+    rfc3339,
+)
+
+__all__ = [
+    "TERMINATION_FINALIZER",
+    "ExistingNode",
+    "KarpenterTimings",
+    "Lifecycle",
+    "condition_true",
+    "existing_nodes",
+    "initial_nodeclaim_status",
+    "node_object",
+    "nodeclaim_object",
+    "nodepool_ready_status",
+    "parse_resources",
+    "set_condition",
+    "utc_now",
+]
+
+log = logging.getLogger(__name__)
+
+Obj = Mapping[str, Any]
+TERMINATION_FINALIZER: Final = "karpenter.sh/termination"
+NODECLAIM_CONDITIONS: Final = ("Launched", "Registered", "Initialized")
+NODEPOOL_CONDITIONS: Final = ("ValidationSucceeded", "NodeClassReady")
+#: ``scheduling.KnownEphemeralTaints``: ignored on nodes that are still initializing.
+_EPHEMERAL_TAINTS: Final = (
+    ("node.kubernetes.io/not-ready", "NoSchedule"),
+    ("node.kubernetes.io/not-ready", "NoExecute"),
+    ("node.kubernetes.io/unreachable", "NoSchedule"),
+    ("node.cloudprovider.kubernetes.io/uninitialized", "NoSchedule"),
+    ("karpenter.sh/unregistered", "NoExecute"),
+)
+
+
+@dataclass(frozen=True)
+class KarpenterTimings:
+    """Delays in seconds. The batch windows and pod requeue are Karpenter's defaults
+    (``BATCH_IDLE_DURATION`` 1 s, ``BATCH_MAX_DURATION`` 10 s, ``controller.go``
+    ``RequeueAfter`` 10 s); launch, register and initialize are the sim's stand-ins for
+    EC2, kubelet join and device plugin start-up."""
+
+    batch_idle_seconds: float = 1.0
+    batch_max_seconds: float = 10.0
+    requeue_seconds: float = 10.0
+    launch_seconds: float = 1.0
+    register_seconds: float = 2.0
+    initialize_seconds: float = 1.0
+
+
+@dataclass(frozen=True)
+class ExistingNode:
+    """One ``StateNode`` as the scheduler sees it: a Node, a NodeClaim not yet joined, or
+    both. ``name`` is the node's, else the NodeClaim's; resources in base units (cores,
+    bytes, counts); ``available`` is allocatable less the requests of non-terminal pods
+    bound to the node."""
+
+    name: str
+    labels: Mapping[str, str]
+    taints: Sequence[Obj]
+    available: Mapping[str, Decimal]
+    capacity: Mapping[str, Decimal]
+    initialized: bool
+    nodeclaim: str | None = None
+    node: str | None = None
+
+
+def parse_resources(resources: Obj | None) -> dict[str, Decimal]:
+    """A resource list of quantity strings in base units; unparsable entries dropped."""
+    out = {}
+    for name, value in (resources or {}).items():
+        try:
+            out[name] = parse_quantity(value, name)
+        except IntentError:
+            log.debug("ignoring unparsable quantity %s=%r", name, value)
+    return out
+
+
+def condition_true(obj: Obj, type_: str) -> bool:
+    """Whether ``status.conditions`` has ``type_`` with status True."""
+    return any(
+        c.get("type") == type_ and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or ()
+    )
+
+
+def existing_nodes(
+    nodes: Sequence[Obj], nodeclaims: Sequence[Obj], pods: Sequence[Obj]
+) -> list[ExistingNode]:
+    """The scheduler's view of capacity (``StateNode``): every Node and NodeClaim, joined
+    by provider ID, except those ``MarkedForDeletion`` (NodeClaim deleting, or an
+    unmanaged Node deleting). A managed node is registered and initialized once its Node
+    has the ``karpenter.sh/registered`` and ``karpenter.sh/initialized`` labels; until it
+    is registered it has the NodeClaim's labels and ``spec.taints``; until initialized its
+    ephemeral and startup taints are ignored and its allocatable and capacity are the
+    Node's, zero or missing values filled from the NodeClaim's estimate."""
+    used: dict[str, dict[str, Decimal]] = {}
+    for pod in pods:
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if node_name and not is_terminal(pod):
+            try:
+                requests = pod_requests(pod)
+            except ValueError:
+                continue
+            total = used.setdefault(node_name, {})
+            for k, v in requests.items():
+                total[k] = total.get(k, Decimal(0)) + v
+    by_id = {
+        (c.get("status") or {}).get("providerID"): c
+        for c in nodeclaims
+        if (c.get("status") or {}).get("providerID")
+    }
+    out, joined = [], set()
+    for node in nodes:
+        claim = by_id.get((node.get("spec") or {}).get("providerID"))
+        if claim is not None:
+            joined.add(claim["metadata"]["name"])
+        deleting = (
+            claim["metadata"].get("deletionTimestamp")
+            if claim
+            else node["metadata"].get("deletionTimestamp")
+        )
+        if not deleting:
+            out.append(_state_node(node, claim, used))
+    for claim in nodeclaims:
+        if claim["metadata"]["name"] not in joined and not claim["metadata"].get(
+            "deletionTimestamp"
+        ):
+            out.append(_state_node(None, claim, used))
+    return out
+
+
+def _fill(node_values: Obj | None, claim_values: Obj | None) -> dict[str, Decimal]:
+    """The Node's resources, zero or missing ones taken from the NodeClaim's."""
+    out = parse_resources(node_values)
+    for k, v in parse_resources(claim_values).items():
+        if not out.get(k):
+            out[k] = v
+    return out
+
+
+def _state_node(
+    node: Obj | None, claim: Obj | None, used: Mapping[str, Mapping[str, Decimal]]
+) -> ExistingNode:
+    node_labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    registered = claim is None or node_labels.get("karpenter.sh/registered") == "true"
+    initialized = claim is None or node_labels.get("karpenter.sh/initialized") == "true"
+    source: Obj = node if (node is not None and registered) else (claim or {})
+    labels = dict((source.get("metadata") or {}).get("labels") or {})
+    taints = list((source.get("spec") or {}).get("taints") or ())
+    node_status, claim_status = (node or {}).get("status") or {}, (claim or {}).get("status") or {}
+    if initialized:
+        allocatable, capacity = (
+            parse_resources(node_status.get("allocatable")),
+            parse_resources(node_status.get("capacity")),
+        )
+    else:
+        startup = [
+            (t.get("key"), t.get("effect"))
+            for t in ((claim or {}).get("spec") or {}).get("startupTaints") or ()
+        ]
+        # MatchTaint compares key and effect only.
+        taints = [
+            t
+            for t in taints
+            if (t.get("key"), t.get("effect")) not in (*_EPHEMERAL_TAINTS, *startup)
+        ]
+        allocatable = _fill(node_status.get("allocatable"), claim_status.get("allocatable"))
+        capacity = _fill(node_status.get("capacity"), claim_status.get("capacity"))
+    capacity["nodes"] = Decimal(1)
+    name = node["metadata"]["name"] if node else str((claim or {})["metadata"]["name"])
+    available = dict(allocatable)
+    for k, v in used.get(name, {}).items():
+        available[k] = available.get(k, Decimal(0)) - v
+    return ExistingNode(
+        name,
+        labels,
+        taints,
+        available,
+        capacity,
+        initialized,
+        claim["metadata"]["name"] if claim else None,
+        name if node else None,
+    )
+
+
+def set_condition(
+    conditions: list[dict[str, Any]],
+    type_: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: str,
+    generation: int,
+) -> bool:
+    """operatorpkg ``ConditionSet.Set``: replace ``type_``; ``lastTransitionTime`` only moves
+    when status, reason or message change. Returns whether anything changed."""
+    new = {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+        "observedGeneration": generation,
+    }
+    for i, old in enumerate(conditions):
+        if old.get("type") == type_:
+            if all(
+                old.get(k) == new[k] for k in ("status", "reason", "message", "observedGeneration")
+            ):
+                return False
+            conditions[i] = new
+            break
+    else:
+        conditions.append(new)
+    conditions.sort(key=lambda c: str(c.get("type")))
+    return True
+
+
+def _recompute_ready(
+    conditions: list[dict[str, Any]], dependents: Sequence[str], now: str, generation: int
+) -> None:
+    """``recomputeRootCondition``: Ready True once every dependent is, else Unknown with
+    reason ``ReconcilingDependents`` listing them (False with ``UnhealthyDependents``)."""
+    unhealthy = [c for c in conditions if c["type"] in dependents and c["status"] != "True"]
+    if not unhealthy:
+        set_condition(conditions, "Ready", "True", "Ready", "", now, generation)
+        return
+    false = any(c["status"] == "False" for c in unhealthy)
+    message = ", ".join(f"{c['type']}={c['status']}" for c in unhealthy)
+    set_condition(
+        conditions,
+        "Ready",
+        "False" if false else "Unknown",
+        "UnhealthyDependents" if false else "ReconcilingDependents",
+        message,
+        now,
+        generation,
+    )
+
+
+def _conditions(
+    dependents: Sequence[str], status: str, now: str, generation: int
+) -> list[dict[str, Any]]:
+    conditions: list[dict[str, Any]] = []
+    for t in dependents:
+        if status == "True":
+            set_condition(conditions, t, "True", t, "", now, generation)
+        else:
+            set_condition(
+                conditions,
+                t,
+                "Unknown",
+                "AwaitingReconciliation",
+                "object is awaiting reconciliation",
+                now,
+                generation,
+            )
+    _recompute_ready(conditions, dependents, now, generation)
+    return conditions
+
+
+def nodepool_ready_status(nodepool: Obj, now: datetime) -> dict[str, Any] | None:
+    """The status to write on a NodePool that has no conditions yet (``Ready``,
+    ``ValidationSucceeded``, ``NodeClassReady`` True, as Karpenter's NodePool readiness
+    and validation controllers leave a valid pool with a ready node class), else None."""
+    status = nodepool.get("status") or {}
+    if status.get("conditions") or nodepool["metadata"].get("deletionTimestamp"):
+        return None
+    generation = int(nodepool["metadata"].get("generation", 1))
+    return {
+        **status,
+        "conditions": _conditions(NODEPOOL_CONDITIONS, "True", rfc3339(now), generation),
+    }
+
+
+def nodepool_hash(nodepool: Obj) -> str:
+    """A stable digest of the pool's template for ``karpenter.sh/nodepool-hash`` (not the
+    same number Karpenter's hashstructure gives)."""
+    template = json.dumps((nodepool.get("spec") or {}).get("template") or {}, sort_keys=True)
+    return str(int(hashlib.sha256(template.encode()).hexdigest()[:15], 16))
+
+
+def nodeclaim_object(
+    nodepool: Obj,
+    labels: Mapping[str, str],
+    requirements: list[dict[str, Any]],
+    requests: Mapping[str, Decimal],
+) -> dict[str, Any]:
+    """A NodeClaim to create for ``nodepool`` (``ToNodeClaim``): ``generateName``,
+    ``labels`` (the pool's), the pool hash, an owner reference to the pool, the termination
+    finalizer, and spec: ``nodeClassRef``, ``requirements``, ``resources.requests``,
+    ``taints``, ``startupTaints``, ``expireAfter`` (default 720h), and
+    ``terminationGracePeriod`` when the pool sets one."""
+    meta, template = nodepool["metadata"], (nodepool.get("spec") or {}).get("template") or {}
+    pool_spec = template.get("spec") or {}
+    spec: dict[str, Any] = {
+        "nodeClassRef": dict(pool_spec.get("nodeClassRef") or {}),
+        "requirements": requirements,
+        "resources": {"requests": format_resources(requests)},
+        "expireAfter": pool_spec.get("expireAfter") or "720h",
+    }
+    for key in ("taints", "startupTaints", "terminationGracePeriod"):
+        if pool_spec.get(key):
+            spec[key] = pool_spec[key]
+    annotations = dict((template.get("metadata") or {}).get("annotations") or {})
+    annotations.update(
+        {
+            "karpenter.sh/nodepool-hash": nodepool_hash(nodepool),
+            "karpenter.sh/nodepool-hash-version": "v3",
+        }
+    )
+    return {
+        "metadata": {
+            "generateName": f"{meta['name']}-",
+            "labels": dict(labels),
+            "annotations": annotations,
+            "ownerReferences": [
+                {
+                    "apiVersion": "karpenter.sh/v1",
+                    "kind": "NodePool",
+                    "name": meta["name"],
+                    "uid": meta.get("uid", ""),
+                    "blockOwnerDeletion": True,
+                }
+            ],
+            "finalizers": [TERMINATION_FINALIZER],
+        },
+        "spec": spec,
+    }
+
+
+def initial_nodeclaim_status(now: datetime, generation: int = 1) -> dict[str, Any]:
+    """``Launched``, ``Registered``, ``Initialized`` and ``Ready`` all Unknown."""
+    return {"conditions": _conditions(NODECLAIM_CONDITIONS, "Unknown", rfc3339(now), generation)}
+
+
+def utc_now() -> datetime:
+    """The wall clock, in UTC."""
+    return datetime.now(UTC)
+
+
+def _ami(gpu: bool) -> str:
+    """A stable stand-in for the AL2023 AMI the EC2NodeClass resolves (NVIDIA variant on
+    GPU types)."""
+    return "ami-0" + hashlib.sha256(b"al2023-nvidia" if gpu else b"al2023").hexdigest()[:16]
+
+
+def _ready_condition(ready: bool, stamp: str) -> dict[str, str]:
+    """The kubelet's node ``Ready`` condition."""
+    if ready:
+        reason, message = "KubeletReady", "kubelet is posting ready status"
+    else:
+        reason, message = (
+            "KubeletNotReady",
+            "container runtime network not ready: cni plugin not initialized",
+        )
+    return {
+        "type": "Ready",
+        "status": str(ready),
+        "reason": reason,
+        "message": message,
+        "lastHeartbeatTime": stamp,
+        "lastTransitionTime": stamp,
+    }
+
+
+def node_object(claim: Obj, name: str, ip: str, now: datetime) -> dict[str, Any]:
+    """The Node a launched NodeClaim's kubelet registers (``registration.go`` has synced
+    the NodeClaim's labels and taints onto it): labels plus ``kubernetes.io/hostname`` and
+    ``karpenter.sh/registered``, ``taints`` plus ``startupTaints``, an owner reference to
+    the NodeClaim, capacity and allocatable without ``nvidia.com/gpu`` (no device plugin
+    yet), Ready False."""
+    meta, spec, status = claim["metadata"], claim.get("spec") or {}, claim.get("status") or {}
+    without_gpus = {
+        key: {k: v for k, v in (status.get(key) or {}).items() if k != "nvidia.com/gpu"}
+        for key in ("capacity", "allocatable")
+    }
+    labels = {
+        **(meta.get("labels") or {}),
+        "kubernetes.io/hostname": name,
+        "karpenter.sh/registered": "true",
+    }
+    owner = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "blockOwnerDeletion": True,
+    }
+    return {
+        "metadata": {"name": name, "labels": labels, "ownerReferences": [owner]},
+        "spec": {
+            "providerID": status["providerID"],
+            "taints": [*(spec.get("taints") or ()), *(spec.get("startupTaints") or ())],
+        },
+        "status": {
+            **without_gpus,
+            "conditions": [_ready_condition(False, rfc3339(now))],
+            "addresses": [
+                {"type": "InternalIP", "address": ip},
+                {"type": "Hostname", "address": name},
+            ],
+            "nodeInfo": {
+                "architecture": labels.get("kubernetes.io/arch", ""),
+                "operatingSystem": labels.get("kubernetes.io/os", ""),
+            },
+        },
+    }
+
+
+def _describe(claim: Obj) -> str:
+    labels = claim["metadata"].get("labels") or {}
+    return (
+        f"nodeclaim {claim['metadata']['name']} (nodepool {labels.get(NODEPOOL_LABEL, '')}, "
+        f"{labels.get('node.kubernetes.io/instance-type', 'not launched')})"
+    )
+
+
+class Lifecycle:
+    """Walks NodeClaims to Ready and terminates deleted ones, as Karpenter's NodeClaim
+    lifecycle and termination controllers do, with the cloud, kubelet, device plugin and
+    GFD simulated: one asyncio task per NodeClaim sleeps ``launch_seconds``, launches the
+    cheapest remaining instance type, sleeps ``register_seconds``, creates the Node, sleeps
+    ``initialize_seconds`` and brings the GPUs up. `reconcile` also gives NodePools without
+    conditions their Ready conditions; it is synchronous and writes nothing when nothing is
+    due.
+
+    Args:
+        catalog: instance types to launch from.
+        rng: source of zones, IPs and instance IDs (seed it for reproducible runs).
+        now: wall clock for ``lastTransitionTime``.
+        on_event: ``(involved, type, reason, message)`` for Warning events.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        catalog: Sequence[InstanceType],
+        timings: KarpenterTimings,
+        *,
+        rng: random.Random,
+        now: Callable[[], datetime] = utc_now,
+        on_event: Callable[[Obj, str, str, str], None] | None = None,
+    ) -> None:
+        self._store, self._catalog, self._timings = store, catalog, timings
+        self._rng, self._now, self._on_event = rng, now, on_event
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def reconcile(self) -> None:
+        """Set missing NodePool conditions, terminate NodeClaims being deleted and make sure
+        every unfinished NodeClaim has a task (call from within a running event loop)."""
+        for pool in self._store.list(NODEPOOLS, copy_objects=False)[0]:
+            if (status := nodepool_ready_status(pool, self._now())) is not None:
+                name = pool["metadata"]["name"]
+                try:
+                    self._store.mutate(
+                        NODEPOOLS, None, name, _setter("status", status), subresource="status"
+                    )
+                except ApiError as e:
+                    log.warning("setting nodepool %s ready failed: %s", name, e.message)
+                else:
+                    log.info("nodepool %s is ready", name)
+        live = set()
+        for claim in self._store.list(NODECLAIMS, copy_objects=False)[0]:
+            uid, name = claim["metadata"]["uid"], claim["metadata"]["name"]
+            live.add(uid)
+            if claim["metadata"].get("deletionTimestamp"):
+                if (task := self._tasks.pop(uid, None)) is not None:
+                    task.cancel()
+                if TERMINATION_FINALIZER in (claim["metadata"].get("finalizers") or ()):
+                    self._terminate(claim)
+            elif not condition_true(claim, "Initialized") and (
+                uid not in self._tasks or self._tasks[uid].done()
+            ):
+                self._tasks[uid] = asyncio.get_running_loop().create_task(
+                    self._drive(name, uid), name=f"nodeclaim/{name}"
+                )
+        for uid in set(self._tasks) - live:
+            self._tasks.pop(uid).cancel()
+
+    def close(self) -> None:
+        """Cancel every NodeClaim task."""
+        for task in self._tasks.values():
+            task.cancel()
+        self._tasks.clear()
+
+    def _current(self, name: str, uid: str) -> Obj | None:
+        """The NodeClaim as stored now, None if gone, replaced or being deleted."""
+        try:
+            claim = self._store.get(NODECLAIMS, None, name)
+        except NotFound:
+            return None
+        if claim["metadata"]["uid"] != uid or claim["metadata"].get("deletionTimestamp"):
+            return None
+        return claim
+
+    async def _drive(self, name: str, uid: str) -> None:
+        """The NodeClaim's task: launch, register, initialize, each after its delay; a
+        failed write is retried after the same delay."""
+        t = self._timings
+        while (claim := self._current(name, uid)) is not None:
+            if not (claim.get("status") or {}).get("providerID"):
+                delay, step = t.launch_seconds, self._launch
+            elif not condition_true(claim, "Registered"):
+                delay, step = t.register_seconds, self._register
+            elif not condition_true(claim, "Initialized"):
+                delay, step = t.initialize_seconds, self._initialize
+            else:
+                return
+            await asyncio.sleep(delay)
+            if (claim := self._current(name, uid)) is None:
+                return
+            try:
+                if not step(claim):
+                    return
+            except ApiError as e:
+                log.warning(
+                    "%s: %s failed, retrying: %s", _describe(claim), step.__name__[1:], e.message
+                )
+                await asyncio.sleep(max(delay, 0.05))
+
+    def _set_status(self, claim: Obj, changes: Mapping[str, Any], *conditions: str) -> None:
+        """Update the NodeClaim's status with ``changes``, set ``conditions`` True, and
+        recompute Ready."""
+        stamp, generation = rfc3339(self._now()), int(claim["metadata"].get("generation", 1))
+
+        def apply(obj: dict[str, Any]) -> None:
+            status = obj.setdefault("status", {})
+            status.update(changes)
+            conds = status.setdefault("conditions", [])
+            for type_ in conditions:
+                set_condition(conds, type_, "True", type_, "", stamp, generation)
+            _recompute_ready(conds, NODECLAIM_CONDITIONS, stamp, generation)
+
+        self._store.mutate(NODECLAIMS, None, claim["metadata"]["name"], apply, subresource="status")
+
+    def _launch(self, claim: Obj) -> bool:
+        """Cloud provider Create: the cheapest instance type the requirements allow, in an
+        allowed zone, on demand; then ``PopulateNodeClaimDetails`` (labels: the instance's,
+        then single-valued requirements, then the NodeClaim's own; provider ID, image,
+        capacity, allocatable). No type or zone left: InsufficientCapacityError, deleted."""
+        name = claim["metadata"]["name"]
+        reqs = from_node_selector((claim.get("spec") or {}).get("requirements") or ())
+        options = sorted(
+            (it for it in self._catalog if it.requirements().intersects(reqs) is None),
+            key=lambda it: (it.price, it.name),
+        )
+        zones = [z for z in ZONES if reqs.get_or_exists("topology.kubernetes.io/zone").has(z)]
+        capacity = [
+            c for c in CAPACITY_TYPES if reqs.get_or_exists("karpenter.sh/capacity-type").has(c)
+        ]
+        if not (options and zones and capacity):
+            log.warning("%s: launch failed, insufficient capacity; deleting it", _describe(claim))
+            if self._on_event is not None:
+                self._on_event(
+                    claim,
+                    "Warning",
+                    "InsufficientCapacityError",
+                    f"NodeClaim {name} event: creating instance, insufficient capacity, "
+                    "all requested instance types were unavailable during launch",
+                )
+            self._store.delete(NODECLAIMS, None, name)
+            return False
+        it, zone = options[0], self._rng.choice(zones)
+        labels = {
+            **it.labels(),
+            "topology.kubernetes.io/zone": zone,
+            "karpenter.sh/capacity-type": capacity[0],
+            **reqs.labels(),
+            **(claim["metadata"].get("labels") or {}),
+        }
+        self._store.mutate(NODECLAIMS, None, name, lambda o: o["metadata"].update(labels=labels))
+        provider_id = f"aws:///{zone}/i-{self._rng.getrandbits(68):017x}"
+        self._set_status(
+            claim,
+            {
+                "providerID": provider_id,
+                "imageID": _ami(bool(it.gpu_count)),
+                "capacity": format_resources(it.capacity()),
+                "allocatable": format_resources(it.allocatable()),
+            },
+            "Launched",
+        )
+        log.info(
+            "launched nodeclaim %s (nodepool %s, %s) in %s: %s",
+            name,
+            labels.get(NODEPOOL_LABEL, ""),
+            it.name,
+            zone,
+            provider_id,
+        )
+        return True
+
+    def _node_for(self, claim: Obj) -> Obj | None:
+        """The Node with the NodeClaim's provider ID, if any."""
+        provider_id = (claim.get("status") or {}).get("providerID")
+        nodes = self._store.list(NODES, copy_objects=False)[0]
+        return next(
+            (
+                n
+                for n in nodes
+                if provider_id and (n.get("spec") or {}).get("providerID") == provider_id
+            ),
+            None,
+        )
+
+    def _register(self, claim: Obj) -> bool:
+        """The kubelet joins (`node_object`, named ``ip-10-x-y-z.ec2.internal``); then
+        NodeClaim ``status.nodeName`` and Registered True."""
+        node = self._node_for(claim)
+        if node is None:
+            octets = [self._rng.randrange(1, 255) for _ in range(3)]
+            name = "ip-10-{}-{}-{}.ec2.internal".format(*octets)
+            if self._node_exists(name):  # ~1 in 16 million; retried on the next attempt
+                raise AlreadyExists(f'nodes "{name}" already exists')
+            node = node_object(claim, name, "10.{}.{}.{}".format(*octets), self._now())
+            created = self._store.create(NODES, node)
+            if created.get("status") != node["status"]:  # an apiserver may drop status on create
+                self._store.mutate(
+                    NODES, None, name, _setter("status", node["status"]), subresource="status"
+                )
+        self._set_status(claim, {"nodeName": node["metadata"]["name"]}, "Registered")
+        log.info("registered %s as node %s", _describe(claim), node["metadata"]["name"])
+        return True
+
+    def _node_exists(self, name: str) -> bool:
+        try:
+            self._store.get(NODES, None, name)
+        except NotFound:
+            return False
+        return True
+
+    def _initialize(self, claim: Obj) -> bool:
+        """The device plugin and GFD come up: the Node gains ``nvidia.com/gpu``, the GFD
+        labels and ``karpenter.sh/initialized``, loses its startup taints and turns Ready
+        (``initialization.go`` waits for exactly that); then Initialized and Ready True."""
+        spec, status = claim.get("spec") or {}, claim.get("status") or {}
+        node_name = str(status.get("nodeName", ""))
+        if not self._node_exists(node_name):
+            log.warning("%s: node %s is gone, not initializing", _describe(claim), node_name)
+            return False
+        instance_type = (claim["metadata"].get("labels") or {}).get(
+            "node.kubernetes.io/instance-type", ""
+        )
+        it = next((i for i in self._catalog if i.name == instance_type), None)
+        gfd = it.gfd_labels() if it is not None else {}
+        startup = [(t.get("key"), t.get("effect")) for t in spec.get("startupTaints") or ()]
+        stamp = rfc3339(self._now())
+
+        def node_meta(node: dict[str, Any]) -> None:
+            node["metadata"]["labels"] = {
+                **node["metadata"].get("labels", {}),
+                **gfd,
+                "karpenter.sh/initialized": "true",
+            }
+            spec = node.setdefault("spec", {})
+            spec["taints"] = [
+                t
+                for t in spec.get("taints") or ()
+                if (t.get("key"), t.get("effect")) not in startup
+            ]
+
+        def node_status(node: dict[str, Any]) -> None:
+            st = node.setdefault("status", {})
+            for key in ("capacity", "allocatable"):
+                if "nvidia.com/gpu" in (status.get(key) or {}):
+                    st.setdefault(key, {})["nvidia.com/gpu"] = status[key]["nvidia.com/gpu"]
+            others = [c for c in st.get("conditions") or () if c.get("type") != "Ready"]
+            st["conditions"] = [*others, _ready_condition(True, stamp)]
+
+        self._store.mutate(NODES, None, node_name, node_meta)
+        self._store.mutate(NODES, None, node_name, node_status, subresource="status")
+        self._set_status(claim, {}, "Initialized")
+        log.info("%s is ready: node %s", _describe(claim), node_name)
+        return True
+
+    def _terminate(self, claim: Obj) -> None:
+        """Termination: delete the NodeClaim's Node, then remove its finalizer."""
+        node = self._node_for(claim)
+        finalizers = [
+            f for f in claim["metadata"].get("finalizers") or () if f != TERMINATION_FINALIZER
+        ]
+        try:
+            if node is not None and not node["metadata"].get("deletionTimestamp"):
+                self._store.delete(NODES, None, node["metadata"]["name"])
+            self._store.mutate(
+                NODECLAIMS,
+                None,
+                claim["metadata"]["name"],
+                _setter("metadata.finalizers", finalizers),
+            )
+        except NotFound:
+            return
+        except ApiError as e:  # retried on the next pass
+            log.warning("terminating %s failed: %s", _describe(claim), e.message)
+            return
+        log.info(
+            "deleted %s%s",
+            _describe(claim),
+            f" and node {node['metadata']['name']}" if node else "",
+        )
+
+
+def _setter(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """An edit for `Store.mutate` that sets the dotted ``path`` to ``value``."""
+    *parents, leaf = path.split(".")
+
+    def edit(obj: dict[str, Any]) -> None:
+        for key in parents:
+            obj = obj.setdefault(key, {})
+        obj[leaf] = value
+
+    return edit

@@ -1,0 +1,464 @@
+"""The sim's scheduler: kube-scheduler plus the GPU sharing layers' device placement.
+
+`SimScheduler` re-scans the store on every change (and every ``resync_seconds``) and
+tries to place each pending pod whose ``spec.schedulerName`` it serves. Per node it runs,
+in kube-scheduler's default filter order (kubernetes ``pkg/scheduler/apis/config/v1``
+default plugins), stopping at the first failure:
+
+1. NodeUnschedulable: ``spec.unschedulable`` unless the pod tolerates
+   ``node.kubernetes.io/unschedulable:NoSchedule`` -> ``node(s) were unschedulable``;
+2. TaintToleration: NoSchedule/NoExecute taints, plus the ``node.kubernetes.io/not-ready``
+   (``unreachable`` when Ready is Unknown) NoSchedule taint the node lifecycle controller
+   puts on a node that is not Ready -> ``node(s) had untolerated taint {<key>: <value>}``;
+3. NodeAffinity -> ``node(s) didn't match Pod's node affinity/selector``;
+4. NodeResourcesFit: ``pod_requests`` against ``status.allocatable`` minus the requests
+   of the node's non-terminal pods -> ``Too many pods``, ``Insufficient <resource>``;
+   for sharing-layer pods the resources HAMi's extender manages (``nvidia.com/gpu``,
+   ``nvidia.com/gpumem``, ...) are skipped (``ignoredByScheduler``);
+5. GPU devices (`gpushare.place`): HAMi's extender / KAI / tensor-fusion, with HAMi's
+   reasons (``NodeInsufficientDevice``, ``1/1 CardInsufficientMemory``, ...).
+
+Pods are tried in PrioritySort order (``spec.priority`` descending, then creation time);
+among the nodes that fit, the one with the most GPU share allocated wins, then the first
+by name (deterministic bin-packing in place of kube-scheduler's scoring). Within a pass,
+a pod identical to one just found unschedulable gets the same verdict without another
+walk over the nodes, until the next bind changes a node.
+
+Steps 1-3, and 4 when a request exceeds the node's whole allocatable (recent kube-scheduler,
+``InsufficientResource.Unresolvable``), are UnschedulableAndUnresolvable:
+preemption "is not helpful" there. The FailedScheduling
+message is kube-scheduler's ``FitError.Error()`` (``pkg/scheduler/framework/types.go``)
+followed by DefaultPreemption's PostFilter message, e.g.
+``0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated
+taint {nvidia.com/gpu: }. preemption: 0/2 nodes are available: 1 No preemption victims
+found for incoming pod, 1 Preemption is not helpful for scheduling..`` (the double period
+is real: the inner FitError ends with one and the separator adds another).
+
+The scheduler never preempts and never sets ``status.nominatedNodeName``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from gpu_intent.quantity import parse_quantity
+from sim import gpushare
+from sim.events import EventRecorder
+from sim.scheduling import (
+    fit_error_message,
+    is_bound,
+    is_terminal,
+    is_terminating,
+    matches_node_selector,
+    node_taints,
+    pod_requests,
+    tolerates,
+    untolerated_taint,
+)
+from sim.store import NODES, PODS, ApiError, Obj, Store, rfc3339
+
+__all__ = ["DEFAULT_SCHEDULER_NAMES", "SimScheduler"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SCHEDULER_NAMES = (
+    "default-scheduler",
+    "hami-scheduler",
+    "kai-scheduler",
+    "tensor-fusion-scheduler",
+)
+NO_NODES = "no nodes available to schedule pods"  # scheduler ErrNoNodesAvailable
+_UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+_GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
+_NOT_HELPFUL = "Preemption is not helpful for scheduling"
+_NO_VICTIMS = "No preemption victims found for incoming pod"
+_FIRST_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+
+@dataclass(frozen=True, slots=True)
+class _Status:
+    """A node's filter failure: reasons, and whether preemption could not help."""
+
+    reasons: tuple[str, ...]
+    unresolvable: bool
+
+
+@dataclass(slots=True)
+class _PodInfo:
+    pod: Obj
+    priority: int
+    requests: dict[str, Decimal]
+    demand: gpushare.GpuDemand | None
+
+
+@dataclass(slots=True)
+class _NodeInfo:
+    obj: Obj
+    name: str
+    allocatable: dict[str, Decimal]
+    devices: list[gpushare.Device]
+    taints: list[Mapping[str, Any]] = field(default_factory=list)
+    pods: list[_PodInfo] = field(default_factory=list)
+    requested: dict[str, Decimal] = field(default_factory=dict)
+    gpu_used: list[float] = field(default_factory=list)
+
+    def add(self, info: _PodInfo) -> None:
+        self.pods.append(info)
+        for key, value in info.requests.items():
+            self.requested[key] = self.requested.get(key, Decimal(0)) + value
+
+    def refresh_gpus(self) -> None:
+        self.gpu_used = gpushare.usage((p.pod for p in self.pods), self.devices)
+
+    def without_priority_below(self, priority: int) -> _NodeInfo:
+        """This node as if every pod of lower priority were evicted (preemption dry run)."""
+        copy = _NodeInfo(self.obj, self.name, self.allocatable, self.devices, self.taints)
+        for info in self.pods:
+            if info.priority >= priority:
+                copy.add(info)
+        copy.refresh_gpus()
+        return copy
+
+
+def _quantities(raw: Mapping[str, Any] | None) -> dict[str, Decimal]:
+    out: dict[str, Decimal] = {}
+    for key, value in (raw or {}).items():
+        try:
+            out[key] = parse_quantity(value, key)
+        except ValueError:
+            continue
+    return out
+
+
+def _fit(info: _PodInfo, node: _NodeInfo) -> _Status | None:
+    """NodeResourcesFit (``fitsRequest``) then GPU device placement."""
+    reasons: list[str] = []
+    unresolvable = False
+    allowed = node.allocatable.get("pods", Decimal(0))
+    if node.requested.get("pods", Decimal(0)) + 1 > allowed:
+        reasons.append("Too many pods")  # never Unresolvable in fitsRequest
+    skip = gpushare.SHARING_RESOURCES if info.demand and info.demand.layer != "whole" else ()
+    others = sorted(k for k in info.requests if k not in _FIRST_RESOURCES and k != "pods")
+    for key in (*(k for k in _FIRST_RESOURCES if k in info.requests), *others):
+        wanted = info.requests[key]
+        if wanted <= 0 or key in skip:
+            continue
+        capacity = node.allocatable.get(key, Decimal(0))
+        if wanted > capacity - node.requested.get(key, Decimal(0)):
+            reasons.append(f"Insufficient {key}")
+            unresolvable = unresolvable or wanted > capacity
+    if reasons:
+        return _Status(tuple(reasons), unresolvable)
+    if info.demand is not None:
+        placed = gpushare.place(info.demand, node.devices, node.gpu_used)
+        if isinstance(placed, gpushare.NoFit):
+            return _Status((placed.reason,), False)
+    return None
+
+
+def _filter(info: _PodInfo, node: _NodeInfo) -> _Status | None:
+    """The default filter plugins in order; None if the pod fits ``node``."""
+    spec = info.pod.get("spec") or {}
+    tolerations = spec.get("tolerations") or ()
+    if (node.obj.get("spec") or {}).get("unschedulable") and not any(
+        tolerates(t, _UNSCHEDULABLE_TAINT) for t in tolerations
+    ):
+        return _Status(("node(s) were unschedulable",), True)
+    taint = untolerated_taint(tolerations, node.taints)
+    if taint is not None:
+        reason = (
+            f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '')}}}"
+        )
+        return _Status((reason,), True)
+    labels = (node.obj.get("metadata") or {}).get("labels") or {}
+    if not matches_node_selector(info.pod, labels, node_name=node.name):
+        return _Status(("node(s) didn't match Pod's node affinity/selector",), True)
+    return _fit(info, node)
+
+
+def _preemption_message(
+    info: _PodInfo, nodes: Sequence[_NodeInfo], statuses: Mapping[str, _Status]
+) -> str:
+    """DefaultPreemption's PostFilter message (``pkg/scheduler/framework/preemption``)."""
+    if (info.pod.get("spec") or {}).get("preemptionPolicy") == "Never":
+        return "preemption: not eligible due to preemptionPolicy=Never."
+    outcome: list[_Status] = []
+    for node in nodes:
+        status = statuses[node.name]
+        if status.unresolvable:
+            outcome.append(_Status((_NOT_HELPFUL,), True))
+        elif not any(p.priority < info.priority for p in node.pods):
+            outcome.append(_Status((_NO_VICTIMS,), True))
+        else:
+            # Evicting every lower-priority pod: if that is still not enough, say why;
+            # if it would be, real kube-scheduler would preempt (the sim does not).
+            after = _filter(info, node.without_priority_below(info.priority))
+            outcome.append(after if after is not None else _Status((_NO_VICTIMS,), True))
+    return "preemption: " + fit_error_message(len(nodes), (st.reasons for st in outcome))
+
+
+def _signature(info: _PodInfo) -> str:
+    """Everything the filters and the preemption message read from a pod."""
+    spec = info.pod.get("spec") or {}
+    return json.dumps(
+        [
+            sorted((k, str(v)) for k, v in info.requests.items()),
+            repr(info.demand),
+            info.priority,
+            spec.get("preemptionPolicy"),
+            spec.get("tolerations"),
+            spec.get("nodeSelector"),
+            (spec.get("affinity") or {}).get("nodeAffinity"),
+        ],
+        sort_keys=True,
+        default=str,
+    )
+
+
+def _condition(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "PodScheduled":
+            return dict(condition)
+    return {}
+
+
+def _set_condition(
+    pod: Obj, status: str, reason: str | None, message: str | None, now: str
+) -> None:
+    """``podutil.UpdatePodCondition`` for PodScheduled: lastTransitionTime moves only
+    when the status does."""
+    conditions: list[Obj] = pod.setdefault("status", {}).setdefault("conditions", [])
+    new: Obj = {"type": "PodScheduled", "status": status, "lastProbeTime": None}
+    if reason:
+        new["reason"] = reason
+    if message:
+        new["message"] = message
+    for i, old in enumerate(conditions):
+        if old.get("type") == "PodScheduled":
+            same = old.get("status") == status and old.get("lastTransitionTime")
+            new["lastTransitionTime"] = old["lastTransitionTime"] if same else now
+            conditions[i] = new
+            return
+    new["lastTransitionTime"] = now
+    conditions.append(new)
+
+
+def _ref(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+class SimScheduler:
+    """Binds pending pods to nodes, or marks them ``PodScheduled=False/Unschedulable``
+    with a FailedScheduling event, as kube-scheduler (and HAMi, KAI-Scheduler and
+    tensor-fusion's schedulers for their pods) would.
+
+    Args:
+        store: the sim's object store.
+        scheduler_names: ``spec.schedulerName`` values served (absent means
+            ``default-scheduler``); other pods are left alone.
+        resync_seconds: longest wait between passes when nothing changes.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        scheduler_names: Sequence[str] = DEFAULT_SCHEDULER_NAMES,
+        resync_seconds: float = 0.5,
+    ) -> None:
+        self._store = store
+        self._names = frozenset(scheduler_names)
+        self._resync = resync_seconds
+        self._recorders: dict[str, EventRecorder] = {}
+        self._cache: dict[str, tuple[str, _PodInfo | None]] = {}
+        self._warned: set[tuple[str, str]] = set()
+
+    async def run(self) -> None:
+        """Schedule on every store change and every ``resync_seconds``, until cancelled."""
+
+        def step() -> float:
+            self.schedule_once()
+            return self._resync
+
+        await self._store.run_passes(step, "scheduler")
+
+    def schedule_once(self) -> int:
+        """One pass over the pending pods; returns how many were bound."""
+        pods, _ = self._store.list(PODS, copy_objects=False)
+        node_objs, _ = self._store.list(NODES, copy_objects=False)
+        nodes = {
+            n["metadata"]["name"]: _NodeInfo(
+                n,
+                n["metadata"]["name"],
+                _quantities((n.get("status") or {}).get("allocatable")),
+                gpushare.node_devices(n),
+                node_taints(n),
+            )
+            for n in node_objs
+        }
+        pending: list[_PodInfo] = []
+        seen: set[str] = set()
+        for pod in pods:
+            seen.add(pod["metadata"]["uid"])
+            if is_bound(pod):
+                node = nodes.get(pod["spec"]["nodeName"])
+                info = self._info(pod)
+                if node is not None and not is_terminal(pod):
+                    node.add(info or _PodInfo(pod, 0, {"pods": Decimal(1)}, None))
+            elif self._serves(pod) and not is_terminating(pod):
+                info = self._info(pod)
+                if info is not None:
+                    pending.append(info)
+        self._cache = {uid: v for uid, v in self._cache.items() if uid in seen}
+        for node in nodes.values():
+            node.refresh_gpus()
+        pending.sort(
+            key=lambda p: (-p.priority, p.pod["metadata"].get("creationTimestamp", ""), _ref(p.pod))
+        )
+        ordered = sorted(nodes.values(), key=lambda n: n.name)
+        bound = 0
+        failed: dict[str, str] = {}
+        for info in pending:
+            if (info.pod.get("spec") or {}).get("schedulingGates"):
+                self._mark(info.pod, "SchedulingGated", _GATED_MESSAGE, event=False)
+            elif self._schedule(info, ordered, failed):
+                bound += 1
+        return bound
+
+    def _serves(self, pod: Mapping[str, Any]) -> bool:
+        return ((pod.get("spec") or {}).get("schedulerName") or "default-scheduler") in self._names
+
+    def _info(self, pod: Obj) -> _PodInfo | None:
+        """Requests and GPU demand of ``pod``, cached per resourceVersion; None (with one
+        warning) if a quantity or annotation does not parse."""
+        uid, rv = pod["metadata"]["uid"], pod["metadata"].get("resourceVersion", "")
+        cached = self._cache.get(uid)
+        if cached is not None and cached[0] == rv:
+            if cached[1] is not None:
+                cached[1].pod = pod
+            return cached[1]
+        info: _PodInfo | None
+        try:
+            info = _PodInfo(
+                pod,
+                int((pod.get("spec") or {}).get("priority") or 0),
+                pod_requests(pod),
+                gpushare.demand(pod),
+            )
+        except ValueError as e:
+            info = None
+            if (uid, rv) not in self._warned:
+                self._warned.add((uid, rv))
+                log.warning("cannot schedule %s: %s", _ref(pod), e)
+        self._cache[uid] = (rv, info)
+        return info
+
+    def _schedule(self, info: _PodInfo, nodes: list[_NodeInfo], failed: dict[str, str]) -> bool:
+        """Bind ``info`` or mark it unschedulable. ``failed`` maps the `_signature` of
+        pods found unschedulable in this pass (since the last bind) to their message:
+        an identical pod gets the same verdict without filtering every node again."""
+        if not nodes:
+            self._mark(info.pod, "Unschedulable", NO_NODES)
+            return False
+        signature = _signature(info)
+        if signature in failed:
+            self._mark(info.pod, "Unschedulable", failed[signature])
+            return False
+        statuses: dict[str, _Status] = {}
+        feasible: list[_NodeInfo] = []
+        for node in nodes:
+            status = _filter(info, node)
+            if status is None:
+                feasible.append(node)
+            else:
+                statuses[node.name] = status
+        if not feasible:
+            post = _preemption_message(info, nodes, statuses)
+            failed[signature] = fit_error_message(
+                len(nodes), (st.reasons for st in statuses.values()), post
+            )
+            self._mark(info.pod, "Unschedulable", failed[signature])
+            return False
+        best = min(feasible, key=lambda n: (-sum(n.gpu_used), n.name))
+        assignment: gpushare.Assignment = ()
+        if info.demand is not None:
+            placed = gpushare.place(info.demand, best.devices, best.gpu_used)
+            assert not isinstance(placed, gpushare.NoFit)  # the filter just placed it
+            assignment = placed
+        if not self._bind(info.pod, best.name, assignment):
+            return False
+        best.add(info)
+        for index, share in assignment:
+            best.gpu_used[index] += share
+        failed.clear()  # the node changed: earlier verdicts may no longer hold
+        return True
+
+    def _recorder(self, pod: Mapping[str, Any]) -> EventRecorder:
+        name = (pod.get("spec") or {}).get("schedulerName") or "default-scheduler"
+        if name not in self._recorders:
+            self._recorders[name] = EventRecorder(self._store, name)
+        return self._recorders[name]
+
+    def _bind(self, pod: Obj, node: str, assignment: gpushare.Assignment) -> bool:
+        """What the pods/binding subresource does: ``spec.nodeName``, the binding's
+        annotations, then condition ``PodScheduled=True``."""
+        meta = pod["metadata"]
+        now = rfc3339(datetime.now(UTC))
+
+        def set_node(obj: Obj) -> None:
+            obj.setdefault("spec", {})["nodeName"] = node
+            if assignment:
+                annotations = obj["metadata"].setdefault("annotations", {})
+                annotations[gpushare.DEVICES_ANNOTATION] = gpushare.format_assignment(assignment)
+
+        try:
+            self._store.mutate(PODS, meta["namespace"], meta["name"], set_node)
+            bound = self._store.mutate(
+                PODS,
+                meta["namespace"],
+                meta["name"],
+                lambda obj: _set_condition(obj, "True", None, None, now),
+                subresource="status",
+            )
+        except ApiError as e:
+            log.warning("binding %s to %s failed: %s", _ref(pod), node, e.message)
+            return False
+        devices = f" (GPU devices {gpushare.format_assignment(assignment)})" if assignment else ""
+        log.info("bound %s to node %s%s", _ref(pod), node, devices)
+        self._recorder(pod).record(
+            bound, "Normal", "Scheduled", f"Successfully assigned {_ref(pod)} to {node}"
+        )
+        return True
+
+    def _mark(self, pod: Obj, reason: str, message: str, *, event: bool = True) -> None:
+        """Set ``PodScheduled=False`` with ``reason``/``message`` unless already so."""
+        current = _condition(pod)
+        if (current.get("status"), current.get("reason"), current.get("message")) == (
+            "False",
+            reason,
+            message,
+        ):
+            return
+        meta = pod["metadata"]
+        now = rfc3339(datetime.now(UTC))
+        try:
+            updated = self._store.mutate(
+                PODS,
+                meta["namespace"],
+                meta["name"],
+                lambda obj: _set_condition(obj, "False", reason, message, now),
+                subresource="status",
+            )
+        except ApiError as e:
+            log.warning("updating PodScheduled of %s failed: %s", _ref(pod), e.message)
+            return
+        log.info("%s is %s: %s", _ref(pod), reason.lower(), message)
+        if event:
+            self._recorder(pod).record(updated, "Warning", "FailedScheduling", message)

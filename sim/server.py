@@ -1,0 +1,134 @@
+"""Serve the simulated apiserver over HTTPS on loopback: start, URL, kubeconfig, stop.
+
+`ApiServer` wraps `apiserver.make_app` in an aiohttp ``AppRunner`` with handler
+cancellation (a watch ends as soon as its client disconnects) and a TLS site. Without
+given TLS files it generates a CA and a serving certificate for ``localhost`` and
+``127.0.0.1`` (`certs.write_tls_files`) in a temporary directory removed by
+`ApiServer.stop`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import ssl
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+from aiohttp import web
+
+from certs import TLSFiles, write_tls_files
+from sim.admission import Admission
+from sim.apiserver import CONTEXT, make_app
+from sim.defaults import SYSTEM_PRIORITY_CLASSES
+from sim.kubeconfig import write_kubeconfig
+from sim.store import Store
+
+__all__ = ["ApiServer"]
+
+
+class ApiServer:
+    """The simulated kube-apiserver on ``https://<host>:<port>``.
+
+    Args:
+        store: the object store served.
+        token: bearer token required on requests (None: no authentication).
+        admission: mutating webhook dispatcher (None: webhooks are not called).
+        tls: serving certificate files; None generates a throw-away CA and certificate.
+        host: address to bind, ``127.0.0.1`` by default.
+        port: TCP port, 0 for a free one.
+        bookmark_interval: seconds between watch ``BOOKMARK`` events.
+        priority_classes: PriorityClass name -> value for the Priority admission plugin.
+        shutdown_timeout: seconds `stop` waits for in-flight requests.
+
+    Use ``async with ApiServer(store) as server:`` or `start` / `stop`.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        token: str | None = None,
+        admission: Admission | None = None,
+        tls: TLSFiles | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        bookmark_interval: float = 1.0,
+        priority_classes: Mapping[str, int] = SYSTEM_PRIORITY_CLASSES,
+        shutdown_timeout: float = 5.0,
+    ) -> None:
+        self.store = store
+        self.token = token
+        self.admission = admission
+        self.host = host
+        self._port = port
+        self._tls = tls
+        self._tmp: Path | None = None
+        self._runner: web.AppRunner | None = None
+        self._shutdown_timeout = shutdown_timeout
+        self.app = make_app(
+            store,
+            token=token,
+            admission=admission,
+            bookmark_interval=bookmark_interval,
+            priority_classes=priority_classes,
+        )
+        self.url = ""
+
+    @property
+    def tls(self) -> TLSFiles:
+        """The serving TLS files (``ca_cert`` is what clients must trust)."""
+        if self._tls is None:
+            raise RuntimeError("the server is not started")
+        return self._tls
+
+    async def start(self) -> str:
+        """Listen and return the base URL, e.g. ``https://127.0.0.1:41235``."""
+        if self._tls is None:
+            self._tmp = Path(tempfile.mkdtemp(prefix="gpu-intent-apiserver-"))
+            self._tls = write_tls_files(self._tmp, ["localhost"], ["127.0.0.1"])
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self._tls.cert, self._tls.key)
+        runner = web.AppRunner(
+            self.app,
+            handler_cancellation=True,
+            access_log=None,
+            shutdown_timeout=self._shutdown_timeout,
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self._port, ssl_context=context)
+        await site.start()
+        self._runner = runner
+        host, port = runner.addresses[0][:2]
+        self.url = f"https://{host}:{port}"
+        self.app[CONTEXT].server_address = f"{host}:{port}"
+        return self.url
+
+    async def stop(self) -> None:
+        """End every watch, close connections, and remove generated TLS files."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+            self._tls = None
+
+    def write_kubeconfig(self, path: Path, namespace: str = "default") -> Path:
+        """A kubeconfig for this server (`kubeconfig.write_kubeconfig`); needs a token."""
+        if not self.url or self.token is None:
+            raise RuntimeError("write_kubeconfig needs a started server with a token")
+        return write_kubeconfig(path, self.url, self.tls.ca_cert, self.token, namespace)
+
+    async def __aenter__(self) -> ApiServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()

@@ -1,0 +1,687 @@
+"""The simulated cluster's object store: what etcd plus the apiserver's registry do.
+
+Objects are JSON dicts keyed by resource type, namespace and name. Every write takes the
+next value of one cluster-wide ``resourceVersion`` counter (as etcd's revision does), and
+is recorded in a bounded per-type history so that watches can resume from a
+resourceVersion; a resume point older than the history gets `Gone` (HTTP 410, reason
+``Expired``), exactly as kube-apiserver answers after etcd compaction.
+
+Semantics copied from kube-apiserver (k8s.io/apiserver ``pkg/registry/generic/registry``):
+
+- ``generateName`` plus 5 random characters from ``bcdfghjklmnpqrstvwxz2456789``
+  (k8s.io/apiserver ``pkg/storage/names``).
+- ``uid``, ``creationTimestamp``, ``resourceVersion`` and ``generation`` are set by the
+  store; an update whose ``metadata.resourceVersion`` is set and stale is a `Conflict`.
+- Types with a status subresource ignore ``status`` on a main-resource update and
+  everything but ``status`` on a status update; ``generation`` grows when ``spec`` changes.
+- Delete of an object with finalizers only sets ``deletionTimestamp``; it goes away when
+  an update removes the last finalizer. A pod bound to a node is deleted gracefully
+  (``deletionTimestamp`` + ``deletionGracePeriodSeconds``) and removed by the kubelet;
+  an unbound pod is removed at once (``pkg/registry/core/pod/strategy.go``
+  ``CheckGracefulDelete``).
+- A watch with a label or field selector sees ``DELETED`` when an object stops matching
+  and ``ADDED`` when it starts to (``pkg/storage/cacher``).
+
+This module is single-threaded asyncio code: no method awaits while it changes state, so
+a list taken and a watch opened in the same step see a consistent snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import random
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+#: A selector compiled to a predicate over an object (see `sim.selectors`).
+Predicate = Callable[[Mapping[str, Any]], bool]
+#: ``fn(old, new)`` raising `Invalid`; ``old`` is None on create.
+Validator = Callable[[Obj | None, Obj], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceType:
+    """One REST resource the sim serves, e.g. ``pods`` in core ``v1``."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool
+    has_status: bool = False
+
+    @property
+    def api_version(self) -> str:
+        """``v1`` for the core group, ``<group>/<version>`` otherwise."""
+        return self.version if not self.group else f"{self.group}/{self.version}"
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+
+NAMESPACES = ResourceType("", "v1", "Namespace", "namespaces", namespaced=False, has_status=True)
+PODS = ResourceType("", "v1", "Pod", "pods", namespaced=True, has_status=True)
+NODES = ResourceType("", "v1", "Node", "nodes", namespaced=False, has_status=True)
+EVENTS = ResourceType("", "v1", "Event", "events", namespaced=True)
+NODECLAIMS = ResourceType(
+    "karpenter.sh", "v1", "NodeClaim", "nodeclaims", namespaced=False, has_status=True
+)
+NODEPOOLS = ResourceType(
+    "karpenter.sh", "v1", "NodePool", "nodepools", namespaced=False, has_status=True
+)
+MUTATING_WEBHOOK_CONFIGURATIONS = ResourceType(
+    "admissionregistration.k8s.io",
+    "v1",
+    "MutatingWebhookConfiguration",
+    "mutatingwebhookconfigurations",
+    namespaced=False,
+)
+LEASES = ResourceType("coordination.k8s.io", "v1", "Lease", "leases", namespaced=True)
+
+RESOURCE_TYPES: tuple[ResourceType, ...] = (
+    NAMESPACES,
+    PODS,
+    NODES,
+    EVENTS,
+    NODECLAIMS,
+    NODEPOOLS,
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+    LEASES,
+)
+
+
+class ApiError(Exception):
+    """An error the apiserver answers with a ``Status`` object.
+
+    Attributes: ``code`` (HTTP status), ``reason`` (``NotFound``, ``AlreadyExists``,
+    ``Conflict``, ``Invalid``, ``Expired``, ``BadRequest``, ...), ``message``, ``details``.
+    """
+
+    code = 500
+    reason = "InternalError"
+
+    def __init__(self, message: str, *, details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = dict(details or {})
+
+    def status(self) -> Obj:
+        """The ``meta/v1 Status`` body kube-apiserver sends for this error."""
+        body: Obj = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details:
+            body["details"] = self.details
+        return body
+
+
+class BadRequest(ApiError):
+    code, reason = 400, "BadRequest"
+
+
+class NotFound(ApiError):
+    code, reason = 404, "NotFound"
+
+
+class AlreadyExists(ApiError):
+    code, reason = 409, "AlreadyExists"
+
+
+class Conflict(ApiError):
+    code, reason = 409, "Conflict"
+
+
+class Gone(ApiError):
+    code, reason = 410, "Expired"
+
+
+class Invalid(ApiError):
+    code, reason = 422, "Invalid"
+
+
+class InternalError(ApiError):
+    code, reason = 500, "InternalError"
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One recorded write: ``type`` ADDED/MODIFIED/DELETED, the object after it (for
+    DELETED the last state, stamped with the deletion's resourceVersion) and before it."""
+
+    type: str
+    rv: int
+    obj: Obj
+    old: Obj | None
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """What a watcher receives: ``type`` ADDED/MODIFIED/DELETED and the object.
+
+    The object is shared with the store's history: consumers must not mutate it.
+    """
+
+    type: str
+    obj: Obj
+
+
+_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def rfc3339(ts: datetime) -> str:
+    """Kubernetes ``metav1.Time`` format: second precision, ``Z`` suffix."""
+    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Watcher:
+    """An open watch: iterate for `WatchEvent`; ends when closed (overflow or `close`)."""
+
+    def __init__(
+        self,
+        store: Store,
+        rt: ResourceType,
+        namespace: str | None,
+        predicate: Predicate | None,
+        max_queue: int,
+    ) -> None:
+        self._store = store
+        self.rt = rt
+        self.namespace = namespace
+        self.predicate = predicate
+        self._queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
+        self._max_queue = max_queue
+        self.closed = False
+
+    def _matches(self, obj: Mapping[str, Any] | None) -> bool:
+        if obj is None:
+            return False
+        if self.namespace is not None and obj["metadata"].get("namespace") != self.namespace:
+            return False
+        return self.predicate is None or self.predicate(obj)
+
+    def _offer(self, change: Change) -> None:
+        """Translate a store change into what this watcher sees (selector semantics)."""
+        if self.closed:
+            return
+        now_in = change.type != "DELETED" and self._matches(change.obj)
+        was_in = change.old is not None and self._matches(change.old)
+        if change.type == "DELETED":
+            event = (
+                WatchEvent("DELETED", change.obj) if was_in or self._matches(change.obj) else None
+            )
+        elif now_in and was_in:
+            event = WatchEvent("MODIFIED", change.obj)
+        elif now_in:
+            event = WatchEvent("ADDED", change.obj)
+        elif was_in:
+            event = WatchEvent("DELETED", change.obj)
+        else:
+            event = None
+        if event is None:
+            return
+        if self._queue.qsize() >= self._max_queue:
+            log.warning(
+                "closing slow %s watcher: %d events queued", self.rt.plural, self._max_queue
+            )
+            self.close()
+            return
+        self._queue.put_nowait(event)
+
+    def close(self) -> None:
+        """Stop the watch; the iterator ends after the events already queued."""
+        if not self.closed:
+            self.closed = True
+            self._store._unsubscribe(self)
+            self._queue.put_nowait(None)
+
+    def __aiter__(self) -> Watcher:
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        item = await self._queue.get()
+        if item is None:
+            raise StopAsyncIteration
+        return item
+
+
+@dataclass
+class _Table:
+    objects: dict[tuple[str, str], Obj] = field(default_factory=dict)
+    history: deque[Change] = field(default_factory=deque)
+    compacted_rv: int = 0
+    watchers: set[Watcher] = field(default_factory=set)
+
+
+class Store:
+    """In-memory object store with resourceVersion, history-backed watch and finalizers.
+
+    Args:
+        history_limit: changes kept per resource type for watch resumption; older resume
+            points get `Gone`.
+        watch_queue_limit: events a watcher may have queued before it is closed as slow
+            (kube-apiserver's cacher likewise terminates watchers that cannot keep up).
+        now: clock for ``creationTimestamp`` and ``deletionTimestamp``.
+    """
+
+    def __init__(
+        self,
+        *,
+        history_limit: int = 10_000,
+        watch_queue_limit: int = 100_000,
+        now: Callable[[], datetime] = _now,
+    ) -> None:
+        self._tables: dict[ResourceType, _Table] = {rt: _Table() for rt in RESOURCE_TYPES}
+        self._validators: dict[ResourceType, list[Validator]] = {}
+        self._rv = 0
+        self._history_limit = history_limit
+        self._watch_queue_limit = watch_queue_limit
+        self._now = now
+        self._changed = asyncio.Event()
+        self._rng = random.Random()
+
+    # -- introspection -------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        """The newest resourceVersion handed out (0 before any write)."""
+        return self._rv
+
+    def add_validator(self, rt: ResourceType, validator: Validator) -> None:
+        """Run ``validator(old, new)`` before every create/update of ``rt``."""
+        self._validators.setdefault(rt, []).append(validator)
+
+    async def wait_changed(
+        self, max_seconds: float | None = None, *, since: int | None = None
+    ) -> bool:
+        """Wait for a write newer than resourceVersion ``since`` (default: now): True at
+        once if there already is one, True when one happens, False after ``max_seconds``.
+
+        For the sim's in-process controllers (scheduler, Karpenter, kubelet), which
+        re-scan on change instead of each holding a watch. Pass the resourceVersion read
+        *before* a pass as ``since``, so that writes made during the pass (one's own
+        included) are not lost.
+        """
+        if self._rv > (self._rv if since is None else since):
+            return True
+        self._changed.clear()
+        try:
+            await asyncio.wait_for(self._changed.wait(), max_seconds)
+        except TimeoutError:
+            return False
+        # On Python 3.11, wait_for can swallow a cancel that lands in the same step as
+        # the change it was waiting for; re-raise it so the caller's loop stops.
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
+        return True
+
+    async def run_passes(self, step: Callable[[], float | None], what: str) -> None:
+        """Run ``step`` now and again after every write, until cancelled: the loop of
+        the sim's in-process controllers.
+
+        ``step`` returns the seconds until it has timed work due (None: only a write
+        matters). Writes made during a step (its own included) trigger the next step.
+        A step that raises is logged and retried after 1 s: a controller survives its
+        own bugs, as real ones do.
+        """
+        while True:
+            seen = self._rv
+            try:
+                wait = step()
+            except Exception:
+                log.exception("%s pass failed; retrying in 1s", what)
+                wait = 1.0
+            await self.wait_changed(wait, since=seen)
+
+    # -- reads ---------------------------------------------------------------------
+
+    def get(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
+        """A deep copy of one object. Raises `NotFound`."""
+        return copy.deepcopy(self._get(rt, namespace, name))
+
+    def list(
+        self,
+        rt: ResourceType,
+        namespace: str | None = None,
+        predicate: Predicate | None = None,
+        *,
+        copy_objects: bool = True,
+    ) -> tuple[list[Obj], int]:
+        """Objects of ``rt`` (in ``namespace`` if given) matching ``predicate``, sorted by
+        namespace/name, and the resourceVersion the list is consistent with.
+
+        ``copy_objects=False`` returns the stored dicts themselves, for in-process readers
+        that promise not to mutate them (it saves a deep copy per object per scan).
+        """
+        items = [
+            obj
+            for (ns, _), obj in sorted(self._tables[rt].objects.items())
+            if (namespace is None or ns == namespace) and (predicate is None or predicate(obj))
+        ]
+        if copy_objects:
+            items = copy.deepcopy(items)
+        return items, self._rv
+
+    def iter_objects(self, rt: ResourceType) -> Iterator[Obj]:
+        """The stored objects of ``rt`` themselves (read-only), unsorted, no copy."""
+        return iter(list(self._tables[rt].objects.values()))
+
+    # -- writes --------------------------------------------------------------------
+
+    def create(
+        self,
+        rt: ResourceType,
+        obj: Mapping[str, Any],
+        namespace: str | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> Obj:
+        """Store a new object and return a copy of it as stored.
+
+        ``dry_run=True`` (``?dryRun=All``) does every check and returns the object as it
+        would be stored (without ``resourceVersion``), but stores nothing.
+
+        ``namespace`` (for namespaced types) overrides a missing ``metadata.namespace``
+        and must agree with a present one. Raises `Invalid` (no name or generateName, or a
+        validator's complaint), `BadRequest` (namespace mismatch), `NotFound` (namespace
+        does not exist), `AlreadyExists`.
+        """
+        new = copy.deepcopy(dict(obj))
+        meta = new.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise BadRequest("metadata must be an object")
+        ns = self._namespace_for(rt, meta, namespace)
+        if rt.namespaced and not self._exists(NAMESPACES, None, ns):
+            raise NotFound(
+                f'namespaces "{ns}" not found', details={"name": ns, "kind": "namespaces"}
+            )
+        table = self._tables[rt]
+        if not meta.get("name"):
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise Invalid(
+                    f"{rt.kind} is invalid: metadata.name: Required value: name or generateName is required",
+                    details={"kind": rt.kind},
+                )
+            for _ in range(16):
+                candidate = prefix + "".join(self._rng.choice(_NAME_CHARS) for _ in range(5))
+                if (ns, candidate) not in table.objects:
+                    meta["name"] = candidate
+                    break
+            else:  # pragma: no cover - 27^5 names per prefix
+                raise AlreadyExists(f"could not generate a unique name for {prefix!r}")
+        name = meta["name"]
+        if (ns, name) in table.objects:
+            raise AlreadyExists(
+                f'{rt.plural} "{name}" already exists',
+                details={"name": name, "group": rt.group, "kind": rt.plural},
+            )
+        new["apiVersion"] = rt.api_version
+        new["kind"] = rt.kind
+        for key in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            meta.pop(key, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = rfc3339(self._now())
+        meta["generation"] = 1
+        if rt.has_status:
+            new.setdefault("status", {})
+        self._validate(rt, None, new)
+        if dry_run:
+            return copy.deepcopy(new)
+        return copy.deepcopy(self._commit(rt, "ADDED", new, None))
+
+    def update(
+        self,
+        rt: ResourceType,
+        obj: Mapping[str, Any],
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        """Replace an object (HTTP PUT). ``subresource="status"`` replaces only status.
+
+        ``dry_run=True`` does every check and returns the would-be object; nothing changes.
+
+        A set ``metadata.resourceVersion`` must equal the stored one (`Conflict`
+        otherwise). Removing the last finalizer of an object being deleted deletes it.
+        Raises `NotFound`, `Conflict`, `Invalid`, `BadRequest`.
+        """
+        meta = obj.get("metadata") or {}
+        old = self._get(
+            rt, meta.get("namespace") if rt.namespaced else None, str(meta.get("name", ""))
+        )
+        expected = meta.get("resourceVersion")
+        if expected not in (None, "") and str(expected) != old["metadata"]["resourceVersion"]:
+            raise Conflict(
+                f"Operation cannot be fulfilled on {rt.plural}{'.' + rt.group if rt.group else ''} "
+                f'"{old["metadata"]["name"]}": the object has been modified; please apply '
+                "your changes to the latest version and try again",
+                details={"name": old["metadata"]["name"], "kind": rt.plural},
+            )
+        new = copy.deepcopy(dict(obj))
+        new["apiVersion"], new["kind"] = rt.api_version, rt.kind
+        if subresource == "status":
+            kept = copy.deepcopy(old)
+            kept["status"] = new.get("status", {})
+            new = kept
+        elif subresource is not None:
+            raise NotFound(f"subresource {subresource!r} not found")
+        elif rt.has_status:
+            new["status"] = copy.deepcopy(old.get("status", {}))
+        new_meta = new.setdefault("metadata", {})
+        for key in (
+            "uid",
+            "creationTimestamp",
+            "namespace",
+            "name",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ):
+            if key in old["metadata"]:
+                new_meta[key] = old["metadata"][key]
+            else:
+                new_meta.pop(key, None)
+        if new.get("spec") != old.get("spec"):
+            new_meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
+        self._validate(rt, old, new)
+        if dry_run:
+            return copy.deepcopy(new)
+        if new_meta.get("deletionTimestamp") and not new_meta.get("finalizers"):
+            return copy.deepcopy(self._remove(rt, new))
+        return copy.deepcopy(self._commit(rt, "MODIFIED", new, old))
+
+    def mutate(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        fn: Callable[[Obj], None],
+        *,
+        subresource: str | None = None,
+    ) -> Obj:
+        """Read-modify-write: ``fn`` edits a copy of the current object in place, which is
+        then written with `update` (no conflict possible: nothing runs in between).
+        Raises what `get` and `update` raise."""
+        current = self.get(rt, namespace, name)
+        fn(current)
+        current["metadata"]["resourceVersion"] = self._get(rt, namespace, name)["metadata"][
+            "resourceVersion"
+        ]
+        return self.update(rt, current, subresource=subresource)
+
+    def delete(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        *,
+        grace_period_seconds: int | None = None,
+        precondition_uid: str | None = None,
+        precondition_rv: str | None = None,
+    ) -> Obj:
+        """Delete an object, returning its last state.
+
+        Objects with finalizers, and pods bound to a node with a non-zero grace period,
+        are only marked (``deletionTimestamp``); see the module docstring. Raises
+        `NotFound`, `Conflict` (a failed uid or resourceVersion precondition).
+        """
+        old = self._get(rt, namespace, name)
+        meta = old["metadata"]
+        if precondition_uid is not None and precondition_uid != meta["uid"]:
+            raise Conflict(
+                f"Precondition failed: UID in precondition: {precondition_uid}, UID in object meta: {meta['uid']}"
+            )
+        if precondition_rv is not None and precondition_rv != meta["resourceVersion"]:
+            raise Conflict(
+                f"Precondition failed: ResourceVersion in precondition: {precondition_rv}, "
+                f"ResourceVersion in object meta: {meta['resourceVersion']}"
+            )
+        graceful = False
+        if rt is PODS and (old.get("spec") or {}).get("nodeName"):
+            grace = grace_period_seconds
+            if grace is None:
+                grace = int((old.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+            graceful = grace > 0 and old.get("status", {}).get("phase") not in (
+                "Succeeded",
+                "Failed",
+            )
+        if meta.get("finalizers") or graceful:
+            if meta.get("deletionTimestamp"):
+                return copy.deepcopy(old)
+            new = copy.deepcopy(old)
+            new["metadata"]["deletionTimestamp"] = rfc3339(self._now())
+            if graceful:
+                new["metadata"]["deletionGracePeriodSeconds"] = grace
+            return copy.deepcopy(self._commit(rt, "MODIFIED", new, old))
+        return copy.deepcopy(self._remove(rt, copy.deepcopy(old)))
+
+    def force_remove(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
+        """Remove an object now, ignoring finalizers and grace (what the kubelet's final
+        zero-grace delete of a terminated pod amounts to). Raises `NotFound`."""
+        return copy.deepcopy(self._remove(rt, copy.deepcopy(self._get(rt, namespace, name))))
+
+    # -- watch ---------------------------------------------------------------------
+
+    def watch(
+        self,
+        rt: ResourceType,
+        namespace: str | None = None,
+        resource_version: int | None = None,
+        predicate: Predicate | None = None,
+    ) -> Watcher:
+        """Open a watch on ``rt``.
+
+        ``resource_version`` None or 0: synthetic ADDED events for every current match,
+        then live changes ("get state and start at most recent"). Otherwise every change
+        after that resourceVersion, replayed from history, then live changes.
+        Raises `Gone` when the history no longer reaches back to ``resource_version``.
+        """
+        table = self._tables[rt]
+        watcher = Watcher(self, rt, namespace, predicate, self._watch_queue_limit)
+        if resource_version:
+            if resource_version < table.compacted_rv:
+                raise Gone(f"too old resource version: {resource_version} ({table.compacted_rv})")
+            for change in table.history:
+                if change.rv > resource_version:
+                    watcher._offer(change)
+        else:
+            for (_, _), obj in sorted(table.objects.items()):
+                if watcher._matches(obj):
+                    watcher._queue.put_nowait(WatchEvent("ADDED", obj))
+        table.watchers.add(watcher)
+        return watcher
+
+    def compact(self, rt: ResourceType | None = None) -> None:
+        """Drop all history (of ``rt``, or of every type), as etcd compaction does:
+        watches from any older resourceVersion then get `Gone`."""
+        for t in [rt] if rt else list(self._tables):
+            table = self._tables[t]
+            table.history.clear()
+            table.compacted_rv = self._rv
+
+    # -- internals -----------------------------------------------------------------
+
+    def _unsubscribe(self, watcher: Watcher) -> None:
+        self._tables[watcher.rt].watchers.discard(watcher)
+
+    def _namespace_for(self, rt: ResourceType, meta: Obj, namespace: str | None) -> str:
+        if not rt.namespaced:
+            meta.pop("namespace", None)
+            return ""
+        ns = meta.get("namespace") or namespace
+        if namespace and meta.get("namespace") and meta["namespace"] != namespace:
+            raise BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        if not ns:
+            raise BadRequest("a namespace is required for namespaced resources")
+        meta["namespace"] = ns
+        return str(ns)
+
+    def _key(self, rt: ResourceType, namespace: str | None, name: str) -> tuple[str, str]:
+        return ((namespace or "") if rt.namespaced else "", name)
+
+    def _exists(self, rt: ResourceType, namespace: str | None, name: str) -> bool:
+        return self._key(rt, namespace, name) in self._tables[rt].objects
+
+    def _get(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
+        try:
+            return self._tables[rt].objects[self._key(rt, namespace, name)]
+        except KeyError:
+            raise NotFound(
+                f'{rt.plural}{"." + rt.group if rt.group else ""} "{name}" not found',
+                details={"name": name, "group": rt.group, "kind": rt.plural},
+            ) from None
+
+    def _validate(self, rt: ResourceType, old: Obj | None, new: Obj) -> None:
+        for validator in self._validators.get(rt, ()):
+            validator(old, new)
+
+    def _commit(self, rt: ResourceType, kind: str, new: Obj, old: Obj | None) -> Obj:
+        self._rv += 1
+        new["metadata"]["resourceVersion"] = str(self._rv)
+        table = self._tables[rt]
+        table.objects[self._key(rt, new["metadata"].get("namespace"), new["metadata"]["name"])] = (
+            new
+        )
+        self._record(rt, Change(kind, self._rv, new, old))
+        return new
+
+    def _remove(self, rt: ResourceType, last: Obj) -> Obj:
+        table = self._tables[rt]
+        key = self._key(rt, last["metadata"].get("namespace"), last["metadata"]["name"])
+        old = table.objects.pop(key)
+        self._rv += 1
+        last["metadata"]["resourceVersion"] = str(self._rv)
+        self._record(rt, Change("DELETED", self._rv, last, old))
+        return last
+
+    def _record(self, rt: ResourceType, change: Change) -> None:
+        table = self._tables[rt]
+        table.history.append(change)
+        while len(table.history) > self._history_limit:
+            table.compacted_rv = table.history.popleft().rv
+        for watcher in list(table.watchers):
+            watcher._offer(change)
+        self._changed.set()
