@@ -207,6 +207,17 @@ class Kube:
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
             raise KubeError(doing, 0, type(e).__name__, str(e)) from e
 
+    async def get_pod(self, namespace: str, name: str) -> Obj | None:
+        """The pod as the API server has it now, or None when it does not exist."""
+        try:
+            return await self._call(
+                f"reading pod {namespace}/{name}", self.core.read_namespaced_pod, name, namespace
+            )
+        except KubeError as e:
+            if e.not_found:
+                return None
+            raise
+
     async def create_pod(self, namespace: str, body: Mapping[str, Any]) -> Obj:
         name = body.get("metadata", {}).get("generateName", "")
         return await self._call(

@@ -371,10 +371,12 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
             continue
         groups[GroupKey(pool.name, pod.intent.model, pod.selector)].append(pod)
 
+    claim_of_node = {c.node_name: c.name for c in claims.values() if c.node_name}
     for done in snapshot.scheduled:
-        claim_name = done.status.node_claim if done.status else None
+        # Name the NodeClaim by evidence only: the one whose node the pod is bound to.
+        claim_name = claim_of_node.get(done.node)
         message = f"scheduled on node {done.node}" + (
-            f" (NodeClaim {claim_name})" if claim_name else ""
+            f" (NodeClaim {claim_name})" if claim_name else " (no NodeClaim known for it)"
         )
         status = ScaleUpStatus(SCHEDULED, message, None, claim_name, done.node, stamp)
         event = Event("Normal", "ScaleUpComplete", message)

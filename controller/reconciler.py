@@ -176,9 +176,26 @@ class Controller:
             except TimeoutError:
                 return
 
+    async def _read_left(self) -> None:
+        """Read back the pods that left the pending set while being scaled up for: the
+        watch's DELETED carries their previous state, so only a read says whether they
+        were bound (and where) or deleted (REFERENCE.md section 6)."""
+
+        async def read(key: tuple[str, str]) -> None:
+            try:
+                current = await self._write("read", self.kube.get_pod(*key))
+            except KubeError as e:
+                log.warning("reading pod %s/%s after it left the pending set: %s", *key, e)
+                return  # stays in state.left(): read again next pass
+            self.state.resolve_left(key, current)
+
+        await asyncio.gather(*(read(key) for key in self.state.left()))
+
     async def reconcile_once(self) -> Plan:
-        """One pass: snapshot, plan, apply. Returns the plan applied."""
+        """One pass: read back pods that left the pending set, snapshot, plan, apply.
+        Returns the plan applied."""
         started = time.perf_counter()
+        await self._read_left()
         snapshot = self.state.snapshot(self.now())
         decided = plan(snapshot, self.config.plan)
         if decided:

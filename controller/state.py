@@ -77,12 +77,23 @@ class ClusterState:
         self._expected: dict[str, dict[Key, _Expectation]] = {kind: {} for kind in KINDS}
         self._monotonic = monotonic
         self._expectation_seconds = expectation_seconds
-        self._scheduled: dict[Key, Obj] = {}
+        #: Pods we were scaling up for that left the pending set (bound or deleted: the
+        #: watch cannot say which), waiting for the reconciler to read them.
+        self._left: dict[Key, Obj] = {}
+        #: Those of them found bound, owed a final ``Scheduled`` status.
+        self._bound: dict[Key, Obj] = {}
 
     def replace(self, kind: str, items: Iterable[Obj]) -> None:
         """A (re)list: the cache for ``kind`` becomes exactly ``items``. A relist is
-        newer than every write we made before it, so expectations are dropped."""
-        self._objects[kind] = {key_of(obj): obj for obj in items}
+        newer than every write we made before it, so expectations are dropped. Pending
+        pods that vanished in the relist left the pending set as if a DELETED had come
+        (client-go's DeltaFIFO ``Replace`` emits those deletes too)."""
+        fresh = {key_of(obj): obj for obj in items}
+        if kind == PENDING_PODS:
+            for key, obj in self._objects[kind].items():
+                if key not in fresh:
+                    self._note_left(key, obj)
+        self._objects[kind] = fresh
         self._expected[kind].clear()
 
     def apply(self, kind: str, event_type: str, obj: Obj) -> None:
@@ -92,25 +103,43 @@ class ClusterState:
         if event_type == "DELETED":
             self._objects[kind].pop(key, None)
             self._expected[kind].pop(key, None)
-            if kind == PENDING_PODS and self._was_scaled_up_and_bound(obj):
-                self._scheduled[key] = obj
+            if kind == PENDING_PODS:
+                self._note_left(key, obj)
             return
         self._objects[kind][key] = obj
+        if kind == PENDING_PODS:
+            self._left.pop(key, None)
         if expected is not None and expected.obj is not None and expected.rv == _rv(obj):
             del self._expected[kind][key]
 
-    def _was_scaled_up_and_bound(self, obj: Obj) -> bool:
-        """A pending-pods DELETED event for a pod that got a node (it left the
-        ``spec.nodeName=`` selection) while we were scaling up for it."""
-        if not (obj.get("spec") or {}).get("nodeName") or len(self._scheduled) >= MAX_SCHEDULED:
-            return False
+    def _note_left(self, key: Key, obj: Obj) -> None:
+        """A pod left the ``spec.nodeName=`` selection. Its DELETED event carries the
+        *previous* object, without the nodeName it may just have got (kube-apiserver's
+        cache_watcher.go convertToWatchEvent, REFERENCE.md section 6), so whether it was
+        bound or deleted is learned by reading it (`left`, `resolve_left`). Only pods we
+        were scaling up for are remembered, at most `MAX_SCHEDULED`."""
+        if len(self._left) + len(self._bound) >= MAX_SCHEDULED:
+            return
         raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SCALE_UP)
         status = ScaleUpStatus.from_annotation(raw)
-        return status is not None and status.phase in TRACKED_PHASES
+        if status is not None and status.phase in TRACKED_PHASES:
+            self._left[key] = obj
+
+    def left(self) -> list[Key]:
+        """Pods we were scaling up for that left the pending set, not yet read back."""
+        return sorted(self._left)
+
+    def resolve_left(self, key: Key, current: Obj | None) -> None:
+        """What reading a `left` pod returned: the pod as it is now, or None when it is
+        gone. A bound pod is owed a final status; any other is forgotten."""
+        self._left.pop(key, None)
+        if current is not None and (current.get("spec") or {}).get("nodeName"):
+            self._bound[key] = current
 
     def forget_scheduled(self, key: Key) -> None:
         """The bound pod's final status is written (or it is gone)."""
-        self._scheduled.pop(key, None)
+        self._bound.pop(key, None)
+        self._left.pop(key, None)
 
     def expect(self, kind: str, obj: Obj) -> None:
         """We wrote ``obj`` (as the API returned it): see it until the watch does."""
@@ -164,5 +193,5 @@ class ClusterState:
                 )
             else:
                 triggers.append(trigger)
-        scheduled = [ScheduledPod.parse(obj) for _, obj in sorted(self._scheduled.items())]
+        scheduled = [ScheduledPod.parse(obj) for _, obj in sorted(self._bound.items())]
         return Snapshot(pods, triggers, nodeclaims, nodepools, now, scheduled)

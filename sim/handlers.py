@@ -423,9 +423,13 @@ async def bind(request: web.Request, ctx: ApiContext, t: Target) -> web.Response
             current.pop("message", None)
 
     if not _dry_run(request):
-        # One write in kube-apiserver; the store writes spec and status separately.
-        ctx.store.mutate(PODS, t.namespace, t.name, assign)
-        ctx.store.mutate(PODS, t.namespace, t.name, scheduled, subresource="status")
+        # One write, as kube-apiserver's BindingREST.setPodNodeAndMetadata (assignPod):
+        # watchers see a single MODIFIED with nodeName and PodScheduled=True together.
+        def bind_pod(pod: Obj) -> None:
+            assign(pod)
+            scheduled(pod)
+
+        ctx.store.mutate(PODS, t.namespace, t.name, bind_pod, subresource="binding")
     return respond(
         {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
         201,

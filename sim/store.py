@@ -193,6 +193,11 @@ def rfc3339(ts: datetime) -> str:
     return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _at_resource_version(obj: Obj, rv: int) -> Obj:
+    """A shallow copy of ``obj`` whose ``metadata.resourceVersion`` is ``rv``."""
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(rv)}}
+
+
 class Watcher:
     """An open watch: iterate for `WatchEvent`; ends when closed (overflow or `close`)."""
 
@@ -220,7 +225,16 @@ class Watcher:
         return self.predicate is None or self.predicate(obj)
 
     def _offer(self, change: Change) -> None:
-        """Translate a store change into what this watcher sees (selector semantics)."""
+        """Translate a store change into what this watcher sees (selector semantics).
+
+        As kube-apiserver's watch cache does (k8s.io/apiserver ``pkg/storage/cacher/
+        cache_watcher.go`` ``convertToWatchEvent``; REFERENCE.md section 6): an object
+        that starts matching arrives as ADDED; one that stops matching arrives as DELETED
+        carrying the *previous* object (the last state that matched) with only its
+        resourceVersion moved to the event's. So a pod that gets bound reaches a
+        ``spec.nodeName=`` watch as DELETED without its nodeName; a deletion carries the
+        object's last state.
+        """
         if self.closed:
             return
         now_in = change.type != "DELETED" and self._matches(change.obj)
@@ -234,7 +248,8 @@ class Watcher:
         elif now_in:
             event = WatchEvent("ADDED", change.obj)
         elif was_in:
-            event = WatchEvent("DELETED", change.obj)
+            assert change.old is not None
+            event = WatchEvent("DELETED", _at_resource_version(change.old, change.rv))
         else:
             event = None
         if event is None:
@@ -458,7 +473,9 @@ class Store:
         subresource: str | None = None,
         dry_run: bool = False,
     ) -> Obj:
-        """Replace an object (HTTP PUT). ``subresource="status"`` replaces only status.
+        """Replace an object (HTTP PUT). ``subresource="status"`` replaces only status;
+        ``"binding"`` (pods only) replaces spec and status together, as the pod registry's
+        ``BindingREST`` does in one update.
 
         ``dry_run=True`` does every check and returns the would-be object; nothing changes.
 
@@ -484,6 +501,8 @@ class Store:
             kept = copy.deepcopy(old)
             kept["status"] = new.get("status", {})
             new = kept
+        elif subresource == "binding":
+            pass  # pods/binding writes spec.nodeName and status.conditions in one update
         elif subresource is not None:
             raise NotFound(f"subresource {subresource!r} not found")
         elif rt.has_status:

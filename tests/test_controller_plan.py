@@ -453,12 +453,17 @@ def test_pods_that_got_a_node_mid_scale_up_are_told_scheduled_with_the_time_it_t
     ]
     done = ScheduledPod.parse(bound)
     assert (done.node, done.seconds_to_node) == ("ip-10-0-0-1", 7.0)
-    snap = snapshot([])
+    # The NodeClaim named is the one the pod's node belongs to, not the one it was told.
+    snap = snapshot([], claims=[nodeclaim("nc-2", "gpu", ready=True, node="ip-10-0-0-1")])
     result = plan(
         Snapshot(snap.pods, snap.triggers, snap.nodeclaims, snap.nodepools, NOW, [done]), CONFIG
     )
     [change] = result.statuses
     assert change.status.phase == SCHEDULED
-    assert (change.status.node, change.status.node_claim) == ("ip-10-0-0-1", "nc-1")
+    assert (change.status.node, change.status.node_claim) == ("ip-10-0-0-1", "nc-2")
+    assert "NodeClaim nc-2" in change.status.message
+    unknown = plan(Snapshot([], [], {}, snap.nodepools, NOW, [done]), CONFIG).statuses[0]
+    assert unknown.status.node_claim is None
+    assert "no NodeClaim known" in unknown.status.message
     assert change.event is not None and change.event.reason == "ScaleUpComplete"
     assert change.seconds_to_node == 7.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from controller_fixtures import gpu_pod, nodepool
 
@@ -111,12 +112,23 @@ def test_a_pod_bound_while_being_scaled_up_for_is_remembered_until_told() -> Non
     state.replace(PENDING_PODS, [])
     triggered = '{"phase":"Triggered","trigger":"gpu-intent-system/gi-x"}'
     native = '{"phase":"Native"}'
+    current: dict[tuple[str, str], dict[str, Any] | None] = {}
     for name, status, node in (("a", triggered, "n1"), ("b", native, "n1"), ("c", triggered, None)):
         pod = gpu_pod(name, "1", model="l4", status_annotation=status)
         if node:
             pod["spec"]["nodeName"] = node
         state.apply(PENDING_PODS, "ADDED", gpu_pod(name, "1", model="l4", status_annotation=status))
-        state.apply(PENDING_PODS, "DELETED", pod)  # bound (a, b) or deleted (c)
+        # The watch's DELETED carries the previous object, without the nodeName.
+        state.apply(
+            PENDING_PODS, "DELETED", gpu_pod(name, "1", model="l4", status_annotation=status)
+        )
+        current[("ml", name)] = pod if node else None  # what a read returns: bound, or gone
+    # Only pods we were scaling up for are read back (b was Native).
+    assert state.left() == [("ml", "a"), ("ml", "c")]
+    assert state.snapshot(datetime(2026, 11, 21, tzinfo=UTC)).scheduled == []
+    for key in state.left():
+        state.resolve_left(key, current[key])
+    assert state.left() == []
     snap = state.snapshot(datetime(2026, 11, 21, tzinfo=UTC))
     assert [(p.ref.name, p.node) for p in snap.scheduled] == [("a", "n1")]
     state.forget_scheduled(("ml", "a"))

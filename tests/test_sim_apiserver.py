@@ -512,6 +512,41 @@ async def test_watch_with_label_selector_reports_leaving_objects_as_deleted(
     assert events == [("ADDED", "w"), ("DELETED", "w")]
 
 
+async def test_a_bound_pod_leaves_a_node_name_watch_as_deleted_without_its_node(
+    cluster: Cluster,
+) -> None:
+    # kube-apiserver v1.32.13 was seen sending `DELETED nodeName=None rv=380` while the pod
+    # was bound at rv 380 (REFERENCE.md section 6): the event carries the previous object.
+    await cluster.core.create_namespaced_pod("default", pod("p"))
+    events: list[dict[str, Any]] = []
+
+    async def consume() -> None:
+        async with watch.Watch(return_type="object") as w:
+            async for event in w.stream(
+                cluster.core.list_pod_for_all_namespaces,
+                field_selector="spec.nodeName=",
+                timeout_seconds=5,
+                _preload_content=False,
+            ):
+                events.append({"type": event["type"], **event["raw_object"]})
+                if event["type"] == "DELETED":
+                    break
+
+    task = asyncio.create_task(consume())
+    await eventually(lambda: bool(events))
+    binding = {"metadata": {"name": "p"}, "target": {"kind": "Node", "name": "node-1"}}
+    await cluster.core.create_namespaced_pod_binding(
+        "p", "default", binding, _preload_content=False
+    )
+    await asyncio.wait_for(task, 5)
+    bound = await cluster.core.read_namespaced_pod("p", "default")
+    deleted = events[-1]
+    assert deleted["type"] == "DELETED"
+    assert "nodeName" not in deleted["spec"]
+    assert deleted["metadata"]["resourceVersion"] == bound.metadata.resource_version
+    assert bound.spec.node_name == "node-1"
+
+
 async def test_watch_with_field_selector_on_all_namespaces(cluster: Cluster) -> None:
     await make_pods(cluster)
     names = []

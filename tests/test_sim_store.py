@@ -107,6 +107,12 @@ async def test_watch_replays_from_a_resource_version_and_maps_selector_changes(
     seen = [await anext(watcher) for _ in range(3)]
     # Leaving the selection is DELETED, coming back is ADDED (the apiserver's cacher).
     assert [e.type for e in seen] == ["ADDED", "DELETED", "ADDED"]
+    # The DELETED event carries the previous object (still labelled team=x), stamped with
+    # the resourceVersion of the change that made it leave (cache_watcher.go).
+    leaving = seen[1].obj
+    assert leaving["metadata"]["labels"] == {"team": "x"}
+    assert leaving["metadata"]["resourceVersion"] == str(start + 2)
+    assert store.get(PODS, "ns", "a")["metadata"]["labels"] == {"team": "x"}
     watcher.close()
 
 
