@@ -98,7 +98,76 @@ def test_hami_takes_the_larger_of_cores_and_memory_percentage() -> None:
 def test_hami_sums_vgpus_per_container() -> None:
     a = container(limits={"nvidia.com/gpu": "1", "nvidia.com/gpucores": "30"})
     b = container(limits={"nvidia.com/gpu": "2", "nvidia.com/gpucores": "25"})
-    assert intent_of(pod(a, b)).gpus == Decimal("0.8")  # 0.3 + 2 x 0.25
+    # 0.3 + 2 whole GPUs (b's two vGPUs sit on two distinct GPUs), no longer 0.3 + 2 x 0.25
+    assert intent_of(pod(a, b)).gpus == Decimal("2.3")
+
+
+def test_hami_sums_single_vgpu_shares_per_container() -> None:
+    a = container(limits={"nvidia.com/gpu": "1", "nvidia.com/gpucores": "30"})
+    b = container(limits={"nvidia.com/gpu": "1", "nvidia.com/gpucores": "25"})
+    assert intent_of(pod(a, b)).gpus == Decimal("0.55")
+
+
+def test_hami_example_use_memory_fraction_is_two_gpus() -> None:
+    # Project-HAMi/HAMi examples/nvidia/use_memory_fraction.yaml (pod gpu-pod, container
+    # ubuntu-container): "nvidia.com/gpu: 2 # Declare how many physical GPUs the pod needs".
+    limits = {"nvidia.com/gpu": 2, "nvidia.com/gpumem-percentage": 50, "nvidia.com/gpucores": 30}
+    result = intent_of(pod(container(limits=limits)))
+    assert result.gpus == 2  # not 2 x 0.5 = 1
+    assert result.gpu_memory_mib is None  # a percentage, not MiB
+    assert result.source == (
+        "hami:nvidia.com/gpu",
+        "hami:nvidia.com/gpumem-percentage",
+        "hami:nvidia.com/gpucores",
+    )
+    assert result.to_annotations()["gpu-intent.io/gpus"] == "2"
+
+
+def test_hami_example_vllm_cross_vgpu_is_two_gpus() -> None:
+    # Project-HAMi/HAMi examples/nvidia/vllm_cross_vgpu.yaml (Deployment vllm-cross-vgpu,
+    # container vllm, --tensor-parallel-size 2): "Use 2 HAMi vGPUs for tensor parallel
+    # workers", each with 30 % of a GPU's memory and cores.
+    limits = {
+        "cpu": "8",
+        "memory": "20Gi",
+        "nvidia.com/gpu": 2,
+        "nvidia.com/gpumem-percentage": 30,
+        "nvidia.com/gpucores": 30,
+    }
+    requests = {
+        "cpu": "2",
+        "memory": "6Gi",
+        "nvidia.com/gpu": 2,
+        "nvidia.com/gpumem-percentage": 30,
+        "nvidia.com/gpucores": 30,
+    }
+    result = intent_of(pod(container(requests, limits)))
+    assert result.gpus == 2  # not 2 x 0.3 = 0.6
+    assert result.source == (
+        "hami:nvidia.com/gpu",
+        "hami:nvidia.com/gpumem-percentage",
+        "hami:nvidia.com/gpucores",
+    )
+
+
+def test_hami_n_vgpus_with_gpumem_keep_mib_per_gpu() -> None:
+    res = {"nvidia.com/gpu": "4", "nvidia.com/gpumem": "10000", "nvidia.com/gpucores": "50"}
+    result = intent_of(pod(container(limits=res), annotations={"nvidia.com/use-gputype": "A100"}))
+    assert result.gpus == 4  # not 4 x 0.5
+    assert result.gpu_memory_mib == 10000  # per GPU, not 4 x 10000
+    assert result.model == "a100"
+    assert result.source == (
+        "hami:nvidia.com/gpu",
+        "hami:nvidia.com/gpumem",
+        "hami:nvidia.com/gpucores",
+        "hami:nvidia.com/use-gputype",
+    )
+
+
+def test_hami_one_vgpu_memory_percentage_stays_a_fraction() -> None:
+    res = {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50"}
+    result = intent_of(pod(container(limits=res)))
+    assert result == Intent(gpus=Decimal("0.5"), source=("hami:nvidia.com/gpumem-percentage",))
 
 
 def test_hami_use_gputype_takes_the_first_entry_in_any_case() -> None:
@@ -129,9 +198,28 @@ def test_kai_fraction() -> None:
     assert result == Intent(gpus=Decimal("0.5"), source=("kai:gpu-fraction",))
 
 
-def test_kai_fraction_times_devices() -> None:
+def test_kai_fraction_on_several_devices_is_whole_gpus() -> None:
     p = pod(annotations={"gpu-fraction": "0.25", "gpu-fraction-num-devices": "4"})
-    assert intent_of(p).gpus == 1
+    assert intent_of(p).gpus == 4  # 4 distinct devices, no longer 4 x 0.25 = 1
+
+
+def test_kai_half_on_two_devices_is_two_gpus() -> None:
+    result = intent_of(pod(annotations={"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"}))
+    assert result == Intent(
+        gpus=Decimal(2), source=("kai:gpu-fraction", "kai:gpu-fraction-num-devices")
+    )
+
+
+def test_kai_fraction_on_one_device_stays_a_fraction() -> None:
+    result = intent_of(pod(annotations={"gpu-fraction": "0.5", "gpu-fraction-num-devices": "1"}))
+    assert result.gpus == Decimal("0.5")
+
+
+def test_kai_memory_on_several_devices_keeps_mib_per_device() -> None:
+    result = intent_of(pod(annotations={"gpu-memory": "2000", "gpu-fraction-num-devices": "3"}))
+    assert result.gpus == 3
+    assert result.gpu_memory_mib == 2000
+    assert result.source == ("kai:gpu-memory", "kai:gpu-fraction-num-devices")
 
 
 def test_kai_memory_alone_counts_a_tenth_of_a_gpu() -> None:
@@ -179,15 +267,44 @@ def test_tensor_fusion_model_vram_and_pool() -> None:
     )
 
 
-def test_tensor_fusion_count_times_compute_percent() -> None:
+def test_tensor_fusion_count_with_compute_percent_is_whole_gpus() -> None:
     annotations = {
         "tensor-fusion.ai/gpu-count": "2",
         "tensor-fusion.ai/compute-percent-request": "25",
         "tensor-fusion.ai/gpu-pool": "pool-b",
     }
     result = intent_of(pod(annotations=annotations))
-    assert result.gpus == Decimal("0.5")
+    assert result.gpus == 2  # 2 distinct GPUs, no longer 2 x 0.25 = 0.5
     assert result.pool == "pool-b"
+    assert result.source == (
+        "tensor-fusion:tensor-fusion.ai/gpu-count",
+        "tensor-fusion:tensor-fusion.ai/compute-percent-request",
+        "tensor-fusion:tensor-fusion.ai/gpu-pool",
+    )
+
+
+def test_tensor_fusion_count_with_vram_keeps_mib_per_gpu() -> None:
+    annotations = {
+        "tensor-fusion.ai/gpu-count": "3",
+        "tensor-fusion.ai/vram-request": "20Gi",
+        "tensor-fusion.ai/compute-percent-request": "40",
+    }
+    result = intent_of(pod(labels={"tensor-fusion.ai/enabled": "true"}, annotations=annotations))
+    assert result.gpus == 3
+    assert result.gpu_memory_mib == 20480  # per GPU, not 3 x 20Gi
+    assert result.source == (
+        "tensor-fusion:tensor-fusion.ai/gpu-count",
+        "tensor-fusion:tensor-fusion.ai/compute-percent-request",
+        "tensor-fusion:tensor-fusion.ai/vram-request",
+    )
+
+
+def test_tensor_fusion_one_gpu_keeps_the_compute_share() -> None:
+    annotations = {
+        "tensor-fusion.ai/gpu-count": "1",
+        "tensor-fusion.ai/compute-percent-request": "25",
+    }
+    assert intent_of(pod(annotations=annotations)).gpus == Decimal("0.25")
 
 
 def test_tensor_fusion_label_alone_is_one_gpu() -> None:

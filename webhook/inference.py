@@ -8,14 +8,21 @@ Where demand comes from, first match wins (every fact names its source):
 
 1. **HAMi** (Project-HAMi/HAMi), when any container has ``nvidia.com/gpumem`` (MiB per
    vGPU), ``nvidia.com/gpumem-percentage`` (0-100) or ``nvidia.com/gpucores`` (percent):
-   per container ``nvidia.com/gpu`` vGPUs (HAMi's webhook defaults the count to 1) times
-   the share of one GPU each vGPU takes. GPU model from the pod annotation
+   per container, one vGPU (HAMi's webhook defaults the count to 1) is the share of one
+   GPU it takes; ``nvidia.com/gpu: N`` >= 2 vGPUs are N whole GPUs, since HAMi puts each
+   vGPU of a container on a different physical GPU. GPU model from the pod annotation
    ``nvidia.com/use-gputype`` (comma list; the first entry).
 2. **KAI-Scheduler** (kai-scheduler/KAI-Scheduler), pod annotations ``gpu-fraction``
-   (0 < f <= 1), ``gpu-memory`` (MiB) and ``gpu-fraction-num-devices``.
+   (0 < f <= 1), ``gpu-memory`` (MiB): one device is that fraction of a GPU;
+   ``gpu-fraction-num-devices: N`` >= 2 is N whole GPUs (N distinct devices).
 3. **tensor-fusion** (NexusGPU/tensor-fusion), pod label ``tensor-fusion.ai/enabled`` or
-   its ``tensor-fusion.ai/*`` request annotations.
+   its ``tensor-fusion.ai/*`` request annotations: one GPU is the compute share;
+   ``tensor-fusion.ai/gpu-count: N`` >= 2 is N whole GPUs (N distinct GPUs of one node).
 4. **Whole GPUs**: the pod's ``nvidia.com/gpu`` request (Kubernetes extended resource).
+
+A sharing layer that spreads a request over N >= 2 devices needs N distinct GPUs, whatever
+the share on each: a trigger asking for ``N x share`` GPUs would buy a node with too few
+cards. ``gpu-memory`` stays MiB per GPU (per device), never multiplied by N.
 
 A model or NodePool the sharing layer does not name is taken from the pod's scheduling
 constraints (`MODEL_LABELS`, `NODEPOOL_LABEL`); an explicit NodePool constraint is a
@@ -229,11 +236,23 @@ def _percent_share(res: Mapping[str, tuple[str, object]], key: str) -> Decimal |
 def _hami(spec: Mapping[str, Any], annotations: Mapping[str, Any]) -> _Demand | None:
     """HAMi demand (Project-HAMi/HAMi): container resources, summed like the scheduler does.
 
-    Per container: ``nvidia.com/gpu`` vGPUs (default 1, HAMi's ``defaultGPUNum``) x share
-    per vGPU, the share being the largest of ``nvidia.com/gpucores``/100 and
-    ``nvidia.com/gpumem-percentage``/100, or 1 when neither is given (``nvidia.com/gpumem``
-    MiB cannot become a share without knowing the GPU's memory). ``gpu_memory_mib`` is the
-    largest ``nvidia.com/gpumem`` (MiB per vGPU) of any container.
+    Per container, in GPUs:
+
+    - ``nvidia.com/gpu`` is the container's vGPU count, 1 when absent (HAMi's webhook sets
+      ``defaultGPUNum``, 1: ``mutateContainerResource`` in pkg/device/nvidia/device.go).
+    - One vGPU is the share of one GPU it takes: the largest of ``nvidia.com/gpucores``/100
+      and ``nvidia.com/gpumem-percentage``/100, or 1 when neither is given
+      (``nvidia.com/gpumem`` MiB cannot become a share without knowing the GPU's memory).
+    - N >= 2 vGPUs are N whole GPUs: HAMi's ``Fit`` (pkg/device/nvidia/device.go) takes at
+      most one vGPU from each physical GPU of the node for a container (``k.Nums--`` once
+      per device), so the N vGPUs land on N distinct GPUs; the HAMi examples say so
+      (examples/nvidia/use_memory_fraction.yaml: "how many physical GPUs the pod needs",
+      examples/nvidia/vllm_cross_vgpu.yaml: 2 vGPUs for tensor parallel workers). The
+      source then names ``hami:nvidia.com/gpu`` when a share was given, as the count, not
+      the share, decided the GPUs.
+
+    ``gpu_memory_mib`` is the largest ``nvidia.com/gpumem`` (MiB per vGPU, hence per
+    physical GPU) of any container.
     """
     containers = _all_containers(spec)
     if not any(k in _resources(c, p) for p, c in containers for k in _HAMI_RESOURCES):
@@ -259,12 +278,16 @@ def _hami(spec: Mapping[str, Any], annotations: Mapping[str, Any]) -> _Demand | 
             mib = int(found[1].to_integral_value(rounding=ROUND_CEILING))  # already MiB
             used.add(HAMI_GPUMEM)
             memory = max(memory or 0, mib)
+        if count >= 2:  # one vGPU per physical GPU: N distinct GPUs, whole
+            if shares:
+                used.add(GPU_RESOURCE)
+            return count
         return count * max(shares, default=Decimal(1))
 
     gpus = _pod_total(spec, per_container)
     if gpus <= 0:
         return None
-    source = tuple(f"hami:{key}" for key in _HAMI_RESOURCES if key in used)
+    source = tuple(f"hami:{key}" for key in (GPU_RESOURCE, *_HAMI_RESOURCES) if key in used)
     model, model_source = None, None
     raw_types = annotations.get(HAMI_USE_GPUTYPE)
     if raw_types is not None:
@@ -307,11 +330,19 @@ def _positive_int(annotations: Mapping[str, Any], key: str) -> int:
 
 
 def _kai(annotations: Mapping[str, Any]) -> _Demand | None:
-    """KAI-Scheduler demand (kai-scheduler/KAI-Scheduler pod annotations).
+    """KAI-Scheduler demand (kai-scheduler/KAI-Scheduler pod annotations), in GPUs.
 
-    ``gpus = gpu-fraction x gpu-fraction-num-devices`` (default 1 device). A
-    ``gpu-memory`` (MiB per device) request without a fraction counts as
-    `KAI_MEMORY_FRACTION` (0.1) GPU per device, as KAI's node-scale-adjuster counts it.
+    One device (``gpu-fraction-num-devices`` absent or 1) is ``gpu-fraction`` GPUs
+    (0 < f <= 1), so two ``0.5`` pods can share one GPU. A ``gpu-memory`` (MiB per device)
+    request without a fraction counts as `KAI_MEMORY_FRACTION` (0.1) GPU, as KAI's
+    node-scale-adjuster counts it.
+
+    ``gpu-fraction-num-devices: N`` >= 2 is N whole GPUs: KAI reads it as N devices each
+    with that fraction or memory (``NewGpuResourceRequirementWithMultiFraction(numDevices,
+    fraction, memory)`` in pkg/scheduler/api/pod_info/pod_info.go; the annotation is
+    ``GpuFractionsNumDevices`` in pkg/common/constants/constants.go; Run:ai's docs: "the
+    number of GPU devices to allocate using the specified gpu-fraction or gpu-memory
+    value"), each device its own GPU. ``gpu_memory_mib`` is ``gpu-memory``, MiB per device.
     """
     if KAI_GPU_FRACTION not in annotations and KAI_GPU_MEMORY not in annotations:
         return None
@@ -330,16 +361,21 @@ def _kai(annotations: Mapping[str, Any]) -> _Demand | None:
             raise IntentError(
                 f"metadata.annotations[{KAI_GPU_FRACTION!r}]: {fraction} must be in (0, 1]"
             )
-    return _Demand(gpus=fraction * devices, source=tuple(source), gpu_memory_mib=memory)
+    gpus = Decimal(devices) if devices >= 2 else fraction  # N distinct devices: N GPUs
+    return _Demand(gpus=gpus, source=tuple(source), gpu_memory_mib=memory)
 
 
 def _tensor_fusion(labels: Mapping[str, Any], annotations: Mapping[str, Any]) -> _Demand | None:
-    """tensor-fusion demand (NexusGPU/tensor-fusion pod label and annotations).
+    """tensor-fusion demand (NexusGPU/tensor-fusion pod label and annotations), in GPUs.
 
-    ``gpus = gpu-count (default 1) x compute-percent-request/100 (default 1)``;
-    ``tflops-request`` alone gives share 1 (TFLOPs need the GPU's peak to become a share).
-    ``vram-request`` is a byte quantity (``"20Gi"``) -> MiB; model from ``gpu-model``;
-    pool from ``gpupool`` (or ``gpu-pool``).
+    One GPU (``gpu-count`` absent or 1) is ``compute-percent-request``/100 GPUs, 1 when
+    absent; ``tflops-request`` alone gives share 1 (TFLOPs need the GPU's peak to become
+    a share). ``gpu-count: N`` >= 2 is N whole GPUs: tensor-fusion's ``GpuAllocator``
+    (internal/gpuallocator/gpuallocator.go) selects ``req.Count`` distinct GPUs of one
+    node (``SelectGPUs``, ``NewSameNodeFilter``) and ``Bind`` takes the whole request
+    (TFLOPs and VRAM) from each of them. ``vram-request`` is a byte quantity (``"20Gi"``)
+    per GPU -> ``gpu_memory_mib`` (MiB per GPU); model from ``gpu-model``; pool from
+    ``gpupool`` (or ``gpu-pool``).
     """
     enabled = labels.get(TF_ENABLED_LABEL) == "true"
     if not enabled and not any(k in annotations for k in _TF_ANNOTATIONS):
@@ -388,7 +424,7 @@ def _tensor_fusion(labels: Mapping[str, Any], annotations: Mapping[str, Any]) ->
                 pool, pool_source = value, token(key)
                 break
     return _Demand(
-        gpus=count * share,
+        gpus=Decimal(count) if count >= 2 else share,  # N distinct GPUs: N whole GPUs
         source=tuple(source),
         model=model,
         model_source=model_source,
@@ -458,10 +494,11 @@ def infer_intent(pod: Mapping[str, Any]) -> Intent | None:
     ``request.object``), or None when it asks for no GPU (a GPU node selector alone is
     not demand).
 
-    The result's ``gpus`` is GPUs in total (fractional for sharing layers),
-    ``gpu_memory_mib`` MiB per GPU, ``model`` canonical (`canonical_model`), ``pool`` a
-    NodePool name, and ``source`` the ``<where>:<key>`` tokens actually used. See the
-    module docstring for the rules and their sources.
+    The result's ``gpus`` is GPUs in total (fractional only for a share of one device;
+    a request spread over N >= 2 devices is N whole GPUs), ``gpu_memory_mib`` MiB per
+    GPU, ``model`` canonical (`canonical_model`), ``pool`` a NodePool name, and ``source``
+    the ``<where>:<key>`` tokens actually used. See the module docstring for the rules and
+    their sources.
 
     Raises:
         IntentError: a field it must read is malformed (``spec.containers`` not a list, a
