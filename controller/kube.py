@@ -56,6 +56,8 @@ class Resource:
 
 
 PODS = Resource("pods")
+NAMESPACES = Resource("namespaces")
+EVENTS = Resource("events")
 NODECLAIMS = Resource("nodeclaims", "karpenter.sh")
 NODEPOOLS = Resource("nodepools", "karpenter.sh")
 
@@ -140,9 +142,12 @@ class Kube:
                 resource.version,
                 resource.plural,
             )
+        if resource == NAMESPACES:
+            return self.core.list_namespace, ()
+        kind = {"pods": "pod", "events": "event"}[resource.plural]
         if namespace:
-            return self.core.list_namespaced_pod, (namespace,)
-        return self.core.list_pod_for_all_namespaces, ()
+            return getattr(self.core, f"list_namespaced_{kind}"), (namespace,)
+        return getattr(self.core, f"list_{kind}_for_all_namespaces"), ()
 
     @staticmethod
     def _selectors(label_selector: str | None, field_selector: str | None) -> dict[str, str]:
@@ -249,6 +254,16 @@ class Kube:
                 return False
             raise
         return True
+
+    async def patch_pod_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> Obj:
+        """Strategic-merge ``patch`` into the pod's ``status`` subresource."""
+        return await self._call(
+            f"patching status of pod {namespace}/{name}",
+            self.core.patch_namespaced_pod_status,
+            name,
+            namespace,
+            dict(patch),
+        )
 
     async def annotate_pod(
         self, namespace: str, name: str, annotations: Mapping[str, str | None]

@@ -8,6 +8,8 @@ the planner can trust; a pod whose gpu-intent annotations do not parse becomes a
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,6 +27,7 @@ from gpu_intent.intent import (
     IntentError,
     parse_gpus,
 )
+from gpu_intent.quantity import parse_quantity
 
 #: Trigger pod annotation naming the NodeClaim the controller linked it to.
 ANNOTATION_NODECLAIM = f"{DOMAIN}/nodeclaim"
@@ -141,6 +144,15 @@ class PendingPod:
     unsimulatable: tuple[str, ...]
     selector: tuple[tuple[str, str], ...]
     status: ScaleUpStatus | None
+    #: The pod's effective CPU (millicores) and memory (bytes) requests: a trigger asks
+    #: for those of the pods it stands for, so the node Karpenter picks can hold them.
+    cpu_millis: int = 0
+    memory_bytes: int = 0
+    #: Every ``nodeSelector`` entry (not only the copyable ones), sorted, and the required
+    #: node affinity terms (ORed; each an ANDed tuple of requirements): what the node a
+    #: trigger buys must satisfy for the pod to run there.
+    node_selector: tuple[tuple[str, str], ...] = ()
+    affinity_terms: tuple[tuple[Requirement, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +276,13 @@ class NodeClaimInfo:
 
 @dataclass(frozen=True, slots=True)
 class TriggerInfo:
-    """A trigger pod this controller created (both ownership labels present)."""
+    """A trigger pod this controller created (both ownership labels present).
+
+    ``cpu_millis``/``memory_bytes``: what it requests (millicores, bytes).
+    ``marked_unschedulable``: it carries ``PodScheduled`` reason ``Unschedulable`` (what
+    makes Karpenter provision for it). ``binding``: a scheduler may bind it (it is not
+    a non-binding trigger, see `controller.triggers`).
+    """
 
     ref: PodRef
     pool: str
@@ -275,6 +293,10 @@ class TriggerInfo:
     node_claim: str | None
     node_name: str | None
     deleting: bool
+    cpu_millis: int = 0
+    memory_bytes: int = 0
+    marked_unschedulable: bool = False
+    binding: bool = True
 
     @property
     def group(self) -> GroupKey:
@@ -344,6 +366,7 @@ def parse_pending_pod(
             if karpenter.is_copyable_label(str(k), nodepool_keys)
         )
     )
+    cpu, memory = pod_requests(obj)
     return PendingPod(
         ref=ref,
         intent=intent,
@@ -352,7 +375,56 @@ def parse_pending_pod(
         unsimulatable=tuple(karpenter.unsimulatable(obj, nodepool_keys)),
         selector=selector,
         status=status,
+        cpu_millis=cpu,
+        memory_bytes=memory,
+        node_selector=tuple(
+            sorted((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items())
+        ),
+        affinity_terms=required_affinity_terms(spec),
     )
+
+
+def _quantity(value: object, scale: int) -> int:
+    """A quantity times ``scale``, rounded up; 0 when absent or malformed (sizing only)."""
+    if not isinstance(value, str | int | float):
+        return 0
+    try:
+        return math.ceil(parse_quantity(value, "resources") * scale)
+    except IntentError:
+        return 0
+
+
+def pod_requests(obj: Mapping[str, Any]) -> tuple[int, int]:
+    """A pod's effective CPU (millicores) and memory (bytes) requests, as kube-scheduler
+    computes them (k8s.io/component-helpers resource ``PodRequests``): the larger of the
+    containers' sum and any one init container, plus ``spec.overhead``. Requests default
+    to limits when only limits are set. Malformed quantities count as 0."""
+    spec = obj.get("spec") or {}
+
+    def requests(container: Mapping[str, Any]) -> tuple[int, int]:
+        resources = container.get("resources") or {}
+        values = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        return _quantity(values.get("cpu"), 1000), _quantity(values.get("memory"), 1)
+
+    main = [requests(c) for c in spec.get("containers") or [] if isinstance(c, Mapping)]
+    init = [requests(c) for c in spec.get("initContainers") or [] if isinstance(c, Mapping)]
+    cpu = max([sum(c for c, _ in main), *(c for c, _ in init)])
+    memory = max([sum(m for _, m in main), *(m for _, m in init)])
+    overhead = spec.get("overhead") or {}
+    return cpu + _quantity(overhead.get("cpu"), 1000), memory + _quantity(overhead.get("memory"), 1)
+
+
+def required_affinity_terms(spec: Mapping[str, Any]) -> tuple[tuple[Requirement, ...], ...]:
+    """The ``matchExpressions`` of the pod's required node affinity terms (ORed terms of
+    ANDed requirements). ``matchFields`` are not node labels and are left out."""
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = []
+    for term in affinity.get("nodeSelectorTerms") or []:
+        if isinstance(term, Mapping):
+            terms.append(parse_requirements(term.get("matchExpressions")))
+    return tuple(t for t in terms if t)
 
 
 def parse_nodepool(obj: Mapping[str, Any]) -> NodePoolInfo:
@@ -423,6 +495,8 @@ def parse_trigger(obj: Mapping[str, Any]) -> TriggerInfo | None:
         return None
     if not pool or gpus <= 0 or not isinstance(selector_raw, dict):
         return None
+    spec = obj.get("spec") or {}
+    cpu, memory = pod_requests(obj)
     return TriggerInfo(
         ref=pod_ref(obj),
         pool=str(pool),
@@ -431,6 +505,52 @@ def parse_trigger(obj: Mapping[str, Any]) -> TriggerInfo | None:
         gpus=gpus,
         created=parse_time(meta.get("creationTimestamp")),
         node_claim=annotations.get(ANNOTATION_NODECLAIM) or None,
-        node_name=(obj.get("spec") or {}).get("nodeName") or None,
+        node_name=spec.get("nodeName") or None,
         deleting=bool(meta.get("deletionTimestamp")),
+        cpu_millis=cpu,
+        memory_bytes=memory,
+        marked_unschedulable=karpenter.unschedulable_condition(obj) is not None,
+        binding=spec.get("schedulerName") != NON_BINDING_SCHEDULER,
+    )
+
+
+#: ``spec.schedulerName`` of non-binding triggers: no scheduler serves it, so the pod is
+#: never bound; the controller marks it Unschedulable itself, which is all Karpenter's
+#: IsProvisionable reads (pkg/utils/pod/scheduling.go; KAI-Scheduler's node-scale-adjuster
+#: does the same for its scaling pods, REFERENCE.md section 1).
+NON_BINDING_SCHEDULER = "gpu-intent-non-binding"
+
+_NOMINATED = re.compile(r"nodeclaim/([a-z0-9]([-a-z0-9.]*[a-z0-9])?)")
+
+
+@dataclass(frozen=True, slots=True)
+class Nomination:
+    """Karpenter's ``Nominated`` event on a trigger: the NodeClaim it said the trigger
+    should schedule on (``Pod should schedule on: nodeclaim/<name>[, node/<node>]``,
+    kubernetes-sigs/karpenter pkg/controllers/provisioning/provisioner.go and
+    pkg/events). ``pod``: the trigger's ``(namespace, name)``; ``uid`` guards against a
+    later pod of the same name; ``seen``: the event's last timestamp."""
+
+    pod: tuple[str, str]
+    uid: str
+    node_claim: str
+    seen: datetime | None
+
+
+def parse_nomination(obj: Mapping[str, Any]) -> Nomination | None:
+    """A ``Nominated`` Event about a pod that names a NodeClaim, else None."""
+    if obj.get("reason") != "Nominated":
+        return None
+    involved = obj.get("involvedObject") or {}
+    if involved.get("kind") != "Pod":
+        return None
+    match = _NOMINATED.search(str(obj.get("message") or ""))
+    if match is None:
+        return None
+    seen = parse_time(obj.get("lastTimestamp")) or parse_time(obj.get("eventTime"))
+    return Nomination(
+        (str(involved.get("namespace", "")), str(involved.get("name", ""))),
+        str(involved.get("uid", "")),
+        match.group(1),
+        seen,
     )

@@ -1,26 +1,34 @@
 """Trigger planning: ``plan(snapshot, config) -> Plan``, a pure function with no awaits.
 
-Given the pending GPU pods, the live trigger pods, NodeClaims and NodePools, it decides:
+Given the pending GPU pods, the live trigger pods, NodeClaims, NodePools and Karpenter's
+``Nominated`` evidence, it decides:
 
 1. which pods need no trigger (Karpenter provisions for them natively), which cannot be
-   served (no NodePool offers their model) and which intents are invalid;
+   served (no NodePool offers their model, or their node selector or required node
+   affinity can never match a node the pool makes) and which intents are invalid;
 2. for the rest, grouped by (NodePool, model, copied node selector), the GPU *bins*:
    a pod needing ``g >= 1`` GPUs gets a bin of ``ceil(g)`` whole GPUs; fractional pods
    are packed best-fit-decreasing into bins with spare share, so two 0.5 pods fill one
    1-GPU bin (KAI's node-scale-adjuster sums fractions the same way, REFERENCE.md 3);
-3. bins are matched to live triggers of the same group and size; unmatched bins become
-   new triggers, unmatched triggers are deleted (their demand went away);
-4. each trigger is linked to the NodeClaim Karpenter made for it (same pool, created no
-   earlier than the trigger, compatible model, enough GPU requests left); when that
-   NodeClaim is Ready, the trigger is deleted and its pods are told ``NodeReady``;
+3. *in-flight accounting*: bins are placed into the GPU capacity of the group's live
+   triggers first (most progressed first: Ready, launched, linked, new), whatever their
+   size, so a change in packing never replaces capacity already bought; only bins left
+   over become new triggers. A trigger no bin needs is deleted, unless its NodeClaim is
+   still on its way: then it is kept as supply for demand that may come, and deleted
+   when the NodeClaim is Ready or gone;
+4. each trigger is linked to a NodeClaim only by evidence: the node a binding trigger
+   is bound to, the link recorded earlier, or Karpenter's ``Nominated`` event naming the
+   trigger. Nothing is guessed from creation times or pools; without evidence the pod
+   is told that no NodeClaim is known yet. When the linked NodeClaim is Ready the
+   trigger is deleted and its pods are told ``NodeReady``;
 5. pods told ``NodeReady`` stay out of planning for ``cover_seconds`` while their
    NodeClaim stays Ready, so the gap between trigger deletion and the real pod binding
    does not buy a second node;
-6. pods that got a node while being scaled up for (often before their NodeClaim's
-   Ready was even seen: a sharing layer's scheduler may place them beside the unbound
-   trigger) are told ``Scheduled``, so no stale status outlives the scale-up.
+6. pods that got a node while being scaled up for are told ``Scheduled``, naming the
+   NodeClaim whose node they run on, so no stale status outlives the scale-up.
 
-The executor (`controller.reconciler`) applies the plan through the API adapter.
+The executor (`controller.reconciler`) applies the plan through the API adapter: money
+first (creates, deletes), statuses after.
 """
 
 from __future__ import annotations
@@ -28,18 +36,21 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from controller import karpenter
 from controller.model import (
     GroupKey,
     InvalidPod,
     NodeClaimInfo,
     NodePoolInfo,
+    Nomination,
     PendingPod,
     PodRef,
+    Requirement,
     ScaleUpStatus,
     ScheduledPod,
     TriggerInfo,
@@ -89,6 +100,11 @@ class Snapshot:
     now: datetime
     #: Pods that got a node while being scaled up for, owed a final status.
     scheduled: Sequence[ScheduledPod] = ()
+    #: Karpenter's latest ``Nominated`` evidence per trigger ``(namespace, name)``.
+    nominations: Mapping[tuple[str, str], Nomination] = field(default_factory=dict)
+    #: NodeReady covers the executor set when it deleted a trigger (pod ``(namespace,
+    #: name)`` -> (NodeClaim, when)): they hold even if the status write failed.
+    covers: Mapping[tuple[str, str], tuple[str, datetime]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,12 +137,21 @@ class LinkTrigger:
 
 @dataclass(frozen=True, slots=True)
 class DeleteTrigger:
-    """Delete a trigger pod (uid-guarded). ``after``: pods whose status must be written
-    first; if any of those writes fails, the trigger stays for the next pass."""
+    """Delete a trigger pod (uid-guarded). ``cover``: its pods, told ``NodeReady`` on
+    NodeClaim ``node_claim``; the executor covers them before deleting."""
 
     ref: PodRef
     reason: str
-    after: tuple[PodRef, ...] = ()
+    cover: tuple[PodRef, ...] = ()
+    node_claim: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MarkUnschedulable:
+    """Mark a non-binding trigger ``PodScheduled=False, reason=Unschedulable`` (what makes
+    Karpenter provision for it)."""
+
+    ref: PodRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,9 +174,10 @@ class Plan:
     creates: tuple[CreateTrigger, ...] = ()
     #: GPUs of demand per group this pass (for metrics and the demo's report).
     demand: Mapping[GroupKey, Decimal] = field(default_factory=dict)
+    marks: tuple[MarkUnschedulable, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.links or self.statuses or self.deletes or self.creates)
+        return bool(self.links or self.statuses or self.deletes or self.creates or self.marks)
 
 
 @dataclass(slots=True)
@@ -159,6 +185,14 @@ class _Bin:
     size: int
     used: Decimal
     pods: list[PendingPod]
+
+    @property
+    def cpu_millis(self) -> int:
+        return sum(p.cpu_millis for p in self.pods)
+
+    @property
+    def memory_bytes(self) -> int:
+        return sum(p.memory_bytes for p in self.pods)
 
 
 def _status_change(
@@ -222,16 +256,90 @@ def resolve_pool(
 
 
 def _covered(
-    pod: PendingPod, claims: Mapping[str, NodeClaimInfo], now: datetime, cover: float
+    pod: PendingPod,
+    claims: Mapping[str, NodeClaimInfo],
+    covers: Mapping[tuple[str, str], tuple[str, datetime]],
+    now: datetime,
+    cover: float,
 ) -> bool:
+    """Whether the pod was told NodeReady (in its status annotation, or by the executor's
+    own record) less than ``cover`` seconds ago, on a NodeClaim that is still Ready."""
+    marks: list[tuple[str, datetime]] = []
     status = pod.status
-    if status is None or status.phase != NODE_READY or not status.node_claim:
-        return False
-    claim = claims.get(status.node_claim)
-    since = parse_time(status.since)
-    if claim is None or not claim.ready or claim.deleting or since is None:
-        return False
-    return now - since < timedelta(seconds=cover)
+    if status is not None and status.phase == NODE_READY and status.node_claim:
+        since = parse_time(status.since)
+        if since is not None:
+            marks.append((status.node_claim, since))
+    if (held := covers.get((pod.ref.namespace, pod.ref.name))) is not None:
+        marks.append(held)
+    for claim_name, since in marks:
+        claim = claims.get(claim_name)
+        ready = claim is not None and claim.ready and not claim.deleting
+        if ready and now - since < timedelta(seconds=cover):
+            return True
+    return False
+
+
+#: Label domains that agents running on GPU nodes set once the node has joined (NVIDIA
+#: GPU Feature Discovery ``nvidia.com/gpu.*``, Node Feature Discovery
+#: ``feature.node.kubernetes.io/*``, AMD's node labeller ``amd.com/*``): Karpenter cannot
+#: know them, yet a GPU node it makes will carry them, so a pod selecting them can run
+#: there (the webhook reads the GPU model out of them).
+RUNTIME_LABEL_PREFIXES: tuple[str, ...] = ("nvidia.com/", "feature.node.kubernetes.io/", "amd.com/")
+
+
+def _knowable(key: str) -> bool:
+    """A label key a new node can carry without any NodePool defining it."""
+    return karpenter.is_well_known_label(key) or key.startswith(RUNTIME_LABEL_PREFIXES)
+
+
+def _expression_met(r: Requirement, pool: NodePoolInfo) -> bool:
+    """Whether some node of ``pool`` can satisfy node-selector requirement ``r``."""
+    if r.key not in pool.label_keys():
+        return _knowable(r.key) or r.operator in ("NotIn", "DoesNotExist")
+    own = [q for q in pool.requirements if q.key == r.key]
+    if r.operator == "In":
+        return any(pool.admits(r.key, v) for v in r.values)
+    if r.operator == "NotIn":
+        if r.key in pool.labels:
+            return pool.labels[r.key] not in r.values
+        return not any(q.operator == "In" and set(q.values) <= set(r.values) for q in own)
+    if r.operator == "Exists":
+        return not any(q.operator == "DoesNotExist" for q in own)
+    if r.operator == "DoesNotExist":
+        return r.key not in pool.labels and not any(q.operator in ("In", "Exists") for q in own)
+    return True  # Gt/Lt: numeric ranges are left to Karpenter
+
+
+def unmet_constraint(pod: PendingPod, pool: NodePoolInfo) -> str | None:
+    """The first term of ``pod``'s node selector or required node affinity that no node
+    ``pool`` makes can satisfy, worded for the pod's status; None when a new node of the
+    pool can run it. A key is satisfiable when the pool defines it (template label or
+    requirement) and admits the value, or when nodes carry it without the pool
+    (Karpenter's well-known labels, `RUNTIME_LABEL_PREFIXES`). Affinity terms are ORed:
+    one satisfiable term is enough."""
+    for key, value in pod.node_selector:
+        if key in pool.label_keys():
+            if not pool.admits(key, value):
+                return f"nodeSelector {key}={value}: NodePool {pool.name} does not admit it"
+        elif not _knowable(key):
+            return (
+                f"nodeSelector {key}={value}: no node of NodePool {pool.name} will have label {key}"
+            )
+    if pod.affinity_terms:
+        failed = [
+            next((r for r in term if not _expression_met(r, pool)), None)
+            for term in pod.affinity_terms
+        ]
+        if all(f is not None for f in failed):
+            r = failed[0]
+            assert r is not None
+            values = ",".join(r.values)
+            return (
+                f"required node affinity {r.key} {r.operator} [{values}]: "
+                f"no node of NodePool {pool.name} can satisfy it"
+            )
+    return None
 
 
 def pack(pods: Iterable[PendingPod]) -> list[_Bin]:
@@ -268,52 +376,31 @@ def pack(pods: Iterable[PendingPod]) -> list[_Bin]:
 
 
 def link_claims(
-    triggers: Sequence[TriggerInfo], claims: Mapping[str, NodeClaimInfo], gpu_name_label: str
+    triggers: Sequence[TriggerInfo],
+    claims: Mapping[str, NodeClaimInfo],
+    nominations: Mapping[tuple[str, str], Nomination],
 ) -> dict[PodRef, str | None]:
-    """The NodeClaim each live trigger belongs to (None: not made yet).
+    """The NodeClaim each live trigger belongs to, by evidence only (None: not known).
 
-    A trigger bound to a node belongs to that node's NodeClaim. A recorded link stands
-    while the NodeClaim exists. Otherwise the oldest NodeClaim of the trigger's pool,
-    created no earlier than the trigger (second precision), admitting its model and
-    selector, with ``nvidia.com/gpu`` requests not yet used by other linked triggers.
-    Karpenter's ``Nominated`` event names the NodeClaim too, but it is a rate-limited
-    hint (REFERENCE.md 1), so it is not relied on.
+    In order: the NodeClaim of the node a binding trigger is bound to
+    (``status.nodeName``); the link recorded on the trigger, while that NodeClaim exists
+    and is not being deleted; Karpenter's ``Nominated`` event naming the trigger (same
+    uid) and an existing NodeClaim. Creation order is never evidence: a NodeClaim of the
+    same pool may well be one Karpenter made for another pod.
     """
     by_node = {c.node_name: c for c in claims.values() if c.node_name}
     links: dict[PodRef, str | None] = {}
-    used: dict[str, Decimal] = defaultdict(Decimal)
-    pending: list[TriggerInfo] = []
-    for trigger in sorted(triggers, key=lambda t: (t.created or datetime.min, t.ref)):
+    for trigger in triggers:
         claim = by_node.get(trigger.node_name or "")
         if claim is None:
             recorded = claims.get(trigger.node_claim or "")
             claim = recorded if recorded is not None and not recorded.deleting else None
-        if claim is not None:
-            links[trigger.ref] = claim.name
-            used[claim.name] += trigger.gpus
-        else:
-            pending.append(trigger)
-    candidates = sorted(
-        (c for c in claims.values() if not c.deleting and c.created is not None),
-        key=lambda c: (c.created, c.name),
-    )
-    for trigger in pending:
-        links[trigger.ref] = None
-        for claim in candidates:
-            if claim.pool != trigger.pool or trigger.created is None:
-                continue
-            assert claim.created is not None
-            if claim.created < trigger.created.replace(microsecond=0):
-                continue
-            if claim.gpu_requests - used[claim.name] < trigger.gpus:
-                continue
-            if trigger.model and not claim.admits(gpu_name_label, trigger.model):
-                continue
-            if not all(claim.admits(k, v) for k, v in trigger.selector):
-                continue
-            links[trigger.ref] = claim.name
-            used[claim.name] += trigger.gpus
-            break
+        if claim is None:
+            nominated = nominations.get((trigger.ref.namespace, trigger.ref.name))
+            if nominated is not None and nominated.uid in ("", trigger.ref.uid):
+                named = claims.get(nominated.node_claim)
+                claim = named if named is not None and not named.deleting else None
+        links[trigger.ref] = claim.name if claim is not None else None
     return links
 
 
@@ -322,7 +409,7 @@ def triggered(trigger: str, gpus: int, pool: str, stamp: str) -> tuple[ScaleUpSt
     executor right after it creates a trigger, when the name is first known)."""
     message = (
         f"trigger {trigger} requests {gpus} nvidia.com/gpu on NodePool {pool}; "
-        "waiting for Karpenter to create a NodeClaim"
+        "waiting for Karpenter to create a NodeClaim (none is known yet)"
     )
     return ScaleUpStatus(TRIGGERED, message, trigger, since=stamp), Event(
         "Normal", "Triggered", message
@@ -359,9 +446,11 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
                 Event("Normal", "NativeProvisioning", message),
             )
             continue
-        if _covered(pod, claims, now, config.cover_seconds):
+        if _covered(pod, claims, snapshot.covers, now, config.cover_seconds):
             continue
         pool, why = resolve_pool(pod, snapshot.nodepools, config)
+        if pool is not None and (unmet := unmet_constraint(pod, pool)) is not None:
+            pool, why = None, f"no node Karpenter can make will run this pod: {unmet}"
         if pool is None:
             tell(
                 pod,
@@ -383,11 +472,16 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
         statuses.append(SetStatus(done.ref, status, event, done.seconds_to_node))
 
     live = [t for t in snapshot.triggers if not t.deleting]
-    links = link_claims(live, claims, config.trigger.gpu_name_label)
+    links = link_claims(live, claims, snapshot.nominations)
     link_actions = tuple(
         LinkTrigger(t.ref, name)
         for t in live
         if (name := links.get(t.ref)) is not None and name != t.node_claim
+    )
+    marks = tuple(
+        MarkUnschedulable(t.ref)
+        for t in live
+        if not t.binding and not t.marked_unschedulable and not t.node_name
     )
     by_group: dict[GroupKey, list[TriggerInfo]] = defaultdict(list)
     for trigger in live:
@@ -400,71 +494,105 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
     for key in sorted(set(groups) | set(by_group)):
         pods = groups.get(key, [])
         demand[key] = sum((p.intent.gpus for p in pods), Decimal(0))
-        progress = {t.ref: _progress_linked(t, links, claims) for t in by_group.get(key, [])}
-        spare = sorted(
+        claim_of = {t.ref: claims.get(links.get(t.ref) or "") for t in by_group.get(key, [])}
+        supply = sorted(
             by_group.get(key, []),
-            key=lambda t: (-progress[t.ref], t.created or datetime.min, t.ref),
+            key=lambda t: (-_progress(claim_of[t.ref]), t.created or datetime.min, t.ref),
         )
+        spare = {t.ref: t.gpus for t in supply}
+        served: dict[PodRef, list[_Bin]] = defaultdict(list)
         for bin_ in sorted(pack(pods), key=lambda b: (-b.size, b.pods[0].ref)):
-            match = next((t for t in spare if t.gpus == bin_.size), None)
-            if match is None:
-                if budget <= 0:
-                    message = f"trigger limit ({config.max_triggers}) reached; waiting"
-                    for pod in bin_.pods:
-                        tell(pod, ScaleUpStatus(TRIGGERED, message, since=stamp), None)
-                    continue
-                budget -= 1
-                pool = snapshot.nodepools[key.pool]
-                refs = tuple(p.ref for p in bin_.pods)
-                body = trigger_pod(key, bin_.size, pool, refs, config.trigger)
-                creates.append(CreateTrigger(key, bin_.size, body, refs))
+            holder = next((t for t in supply if spare[t.ref] >= bin_.size), None)
+            if holder is not None:
+                spare[holder.ref] -= bin_.size
+                served[holder.ref].append(bin_)
                 continue
-            spare.remove(match)
-            claim = claims.get(links.get(match.ref) or "")
-            trigger_name = str(match.ref)
-            if claim is not None and claim.ready:
-                node = claim.node_name or "(unknown)"
-                message = (
-                    f"NodeClaim {claim.name} is Ready as node {node}; removed trigger "
-                    f"{trigger_name} so the pod's scheduler can use the capacity"
-                )
-                status = ScaleUpStatus(
-                    NODE_READY, message, None, claim.name, claim.node_name, stamp
-                )
+            if budget <= 0:
+                message = f"trigger limit ({config.max_triggers}) reached; waiting"
                 for pod in bin_.pods:
-                    tell(pod, status, Event("Normal", "NodeReady", message))
-                deletes.append(
-                    DeleteTrigger(
-                        match.ref,
-                        f"NodeClaim {claim.name} is Ready",
-                        tuple(p.ref for p in bin_.pods),
-                    )
+                    tell(pod, ScaleUpStatus(TRIGGERED, message, since=stamp), None)
+                continue
+            budget -= 1
+            pool = snapshot.nodepools[key.pool]
+            refs = tuple(p.ref for p in bin_.pods)
+            body = trigger_pod(
+                key,
+                bin_.size,
+                pool,
+                refs,
+                config.trigger,
+                cpu_millis=bin_.cpu_millis,
+                memory_bytes=bin_.memory_bytes,
+            )
+            creates.append(CreateTrigger(key, bin_.size, body, refs))
+        for trigger in supply:
+            claim = claim_of[trigger.ref]
+            bins = served.get(trigger.ref, [])
+            pods_served = [p for b in bins for p in b.pods]
+            if not bins:
+                if claim is not None and not claim.ready:
+                    continue  # capacity on its way: kept as supply, deleted once Ready
+                reason = (
+                    f"NodeClaim {claim.name} is Ready and no pending pod needs it"
+                    if claim is not None
+                    else "no pending pod needs it any more"
                 )
-            elif claim is not None:
-                itype = claim.labels.get("node.kubernetes.io/instance-type")
-                message = (
-                    f"Karpenter NodeClaim {claim.name}"
-                    + (f" ({itype})" if itype else "")
-                    + f" is being provisioned for trigger {trigger_name} "
-                    f"({bin_.size} GPU, {format_gpus(bin_.used)} used by {len(bin_.pods)} pod(s))"
-                )
-                status = ScaleUpStatus(PROVISIONING, message, trigger_name, claim.name, None, stamp)
-                for pod in bin_.pods:
-                    tell(pod, status, Event("Normal", "Provisioning", message))
-            else:
-                status, event = triggered(trigger_name, bin_.size, key.pool, stamp)
-                for pod in bin_.pods:
-                    tell(pod, status, event)
-        for trigger in spare:
-            deletes.append(DeleteTrigger(trigger.ref, "no pending pod needs it any more"))
-    return Plan(link_actions, tuple(statuses), tuple(deletes), tuple(creates), demand)
+                deletes.append(DeleteTrigger(trigger.ref, reason))
+                continue
+            _tell_progress(trigger, claim, bins, pods_served, key.pool, stamp, tell, deletes)
+    return Plan(link_actions, tuple(statuses), tuple(deletes), tuple(creates), demand, marks)
 
 
-def _progress_linked(
-    trigger: TriggerInfo, links: Mapping[PodRef, str | None], claims: Mapping[str, NodeClaimInfo]
-) -> int:
-    linked = links.get(trigger.ref)
-    claim = claims.get(linked or "")
+def _tell_progress(
+    trigger: TriggerInfo,
+    claim: NodeClaimInfo | None,
+    bins: Sequence[_Bin],
+    pods: Sequence[PendingPod],
+    pool: str,
+    stamp: str,
+    tell: Callable[[PendingPod, ScaleUpStatus, Event | None], None],
+    deletes: list[DeleteTrigger],
+) -> None:
+    """Statuses for the pods ``trigger`` stands for, by its NodeClaim's progress; a Ready
+    NodeClaim also removes the trigger (its pods are covered by the executor)."""
+    name = str(trigger.ref)
+    used = sum((b.used for b in bins), Decimal(0))
+    if claim is not None and claim.ready:
+        node = claim.node_name or "(unknown)"
+        message = (
+            f"NodeClaim {claim.name} is Ready as node {node}; removed trigger "
+            f"{name} so the pod's scheduler can use the capacity"
+        )
+        status = ScaleUpStatus(NODE_READY, message, None, claim.name, claim.node_name, stamp)
+        for pod in pods:
+            tell(pod, status, Event("Normal", "NodeReady", message))
+        deletes.append(
+            DeleteTrigger(
+                trigger.ref,
+                f"NodeClaim {claim.name} is Ready",
+                tuple(p.ref for p in pods),
+                claim.name,
+            )
+        )
+    elif claim is not None:
+        itype = claim.labels.get("node.kubernetes.io/instance-type")
+        message = (
+            f"Karpenter NodeClaim {claim.name}"
+            + (f" ({itype})" if itype else "")
+            + f" is being provisioned for trigger {name} "
+            f"({trigger.gpus} GPU, {format_gpus(used)} used by {len(pods)} pod(s))"
+        )
+        status = ScaleUpStatus(PROVISIONING, message, name, claim.name, None, stamp)
+        for pod in pods:
+            tell(pod, status, Event("Normal", "Provisioning", message))
+    else:
+        status, event = triggered(name, trigger.gpus, pool, stamp)
+        for pod in pods:
+            tell(pod, status, event)
+
+
+def _progress(claim: NodeClaimInfo | None) -> int:
+    """How far a trigger's capacity has come: 3 Ready, 2 launched, 1 linked, 0 none."""
     if claim is None:
         return 0
     return 3 if claim.ready else 2 if claim.launched else 1

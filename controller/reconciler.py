@@ -17,14 +17,20 @@ import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from controller import kube as kube_api
 from controller import metrics
 from controller.informer import Informer, InformerSpec
 from controller.kube import Kube, KubeError
-from controller.model import ANNOTATION_NODECLAIM, InvalidPod, PendingPod, PodRef
+from controller.model import (
+    ANNOTATION_NODECLAIM,
+    NON_BINDING_SCHEDULER,
+    InvalidPod,
+    PendingPod,
+    PodRef,
+)
 from controller.plan import (
     SCHEDULED,
     Event,
@@ -34,9 +40,20 @@ from controller.plan import (
     plan,
     triggered,
 )
-from controller.state import NODECLAIMS, NODEPOOLS, PENDING_PODS, TRIGGERS, ClusterState
+from controller.state import (
+    NAMESPACES,
+    NODECLAIMS,
+    NODEPOOLS,
+    NOMINATIONS,
+    PENDING_PODS,
+    TRIGGERS,
+    ClusterState,
+)
+from controller.triggers import unschedulable_patch
 from gpu_intent.intent import (
     ANNOTATION_SCALE_UP,
+    INJECT_LABEL,
+    INJECT_VALUE,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     TRIGGER_LABEL,
@@ -132,19 +149,37 @@ class Controller:
             ),
             InformerSpec(NODECLAIMS, kube_api.NODECLAIMS),
             InformerSpec(NODEPOOLS, kube_api.NODEPOOLS),
+            InformerSpec(
+                NAMESPACES, kube_api.NAMESPACES, label_selector=f"{INJECT_LABEL}={INJECT_VALUE}"
+            ),
+            InformerSpec(
+                NOMINATIONS,
+                kube_api.EVENTS,
+                namespace=config.namespace,
+                field_selector="reason=Nominated",
+            ),
         ]
         self.informers = [
             Informer(kube, spec, self.state, self._poked.set, watch_seconds=config.watch_seconds)
             for spec in specs
         ]
         self.ready = asyncio.Event()
+        #: Status writes waiting for the writer, latest per pod, and those in flight.
+        self._queued: dict[tuple[str, str], SetStatus] = {}
+        self._writing: dict[tuple[str, str], SetStatus] = {}
+        self._writer: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
         """Run until cancelled."""
-        async with asyncio.TaskGroup() as group:
-            for informer in self.informers:
-                group.create_task(informer.run(), name=f"informer-{informer.spec.kind}")
-            group.create_task(self._loop(), name="reconcile")
+        try:
+            async with asyncio.TaskGroup() as group:
+                for informer in self.informers:
+                    group.create_task(informer.run(), name=f"informer-{informer.spec.kind}")
+                group.create_task(self._loop(), name="reconcile")
+        finally:
+            if self._writer is not None:
+                self._writer.cancel()
+                await asyncio.gather(self._writer, return_exceptions=True)
 
     async def _loop(self) -> None:
         for informer in self.informers:
@@ -228,20 +263,66 @@ class Controller:
         return result
 
     async def apply(self, decided: Plan) -> None:
-        """Apply a plan: links, then statuses (with events), then deletes whose pods
-        were told, then creates. Failures are logged; the next pass retries."""
-        await asyncio.gather(*(self._link(link.ref, link.node_claim) for link in decided.links))
-        results = await asyncio.gather(*(self._set_status(s) for s in decided.statuses))
-        failed = {s.ref for s, ok in zip(decided.statuses, results, strict=True) if not ok}
-        deletes = [d for d in decided.deletes if not failed.intersection(d.after)]
-        for skipped in set(decided.deletes) - set(deletes):
-            log.warning(
-                "keeping trigger %s this pass: a pod it served was not updated", skipped.ref
-            )
-        await asyncio.gather(*(self._delete(d.ref, d.reason) for d in deletes))
+        """Apply a plan, money first: creates and deletes (pods told NodeReady are covered
+        before their trigger goes), then marks and links; status annotations and Events
+        are queued for the status writer, so a pass never waits behind them. Failures are
+        logged; the next pass retries."""
+        now = self.now()
+        for delete in decided.deletes:
+            if delete.node_claim and delete.cover:
+                self.state.cover(
+                    ((r.namespace, r.name) for r in delete.cover), delete.node_claim, now
+                )
+        self.state.expire_covers(now - timedelta(seconds=self.config.plan.cover_seconds))
         await asyncio.gather(
-            *(self._create(c.body, c.gpus, c.group.pool, c.serves) for c in decided.creates)
+            *(self._create(c.body, c.gpus, c.group.pool, c.serves) for c in decided.creates),
+            *(self._delete(d.ref, d.reason) for d in decided.deletes),
         )
+        await asyncio.gather(
+            *(self._mark(m.ref) for m in decided.marks),
+            *(self._link(link.ref, link.node_claim) for link in decided.links),
+        )
+        self._queue_statuses(decided.statuses)
+
+    def _queue_statuses(self, changes: Sequence[SetStatus]) -> None:
+        """Hand status writes to the writer task: the latest per pod wins, and one equal
+        to what is being written already is dropped (no duplicate Events)."""
+        for change in changes:
+            key = (change.ref.namespace, change.ref.name)
+            writing = self._writing.get(key)
+            if writing is not None and change.status.same_state(writing.status):
+                continue
+            self._queued[key] = change
+        if self._queued and (self._writer is None or self._writer.done()):
+            self._writer = asyncio.create_task(self._write_statuses(), name="status-writer")
+
+    async def _write_statuses(self) -> None:
+        while self._queued:
+            batch, self._queued = self._queued, {}
+            self._writing.update(batch)
+            try:
+                await asyncio.gather(*(self._set_status(c) for c in batch.values()))
+            finally:
+                for key in batch:
+                    self._writing.pop(key, None)
+        self._poked.set()  # written statuses may settle decisions: plan again
+
+    async def flush_statuses(self) -> None:
+        """Wait until every queued status is written (tests and shutdown)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+
+    async def _mark(self, ref: PodRef) -> None:
+        stamp = self.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        try:
+            obj = await self._write(
+                "mark",
+                self.kube.patch_pod_status(ref.namespace, ref.name, unschedulable_patch(stamp)),
+            )
+        except KubeError as e:
+            log.warning("marking trigger %s Unschedulable: %s", ref, e)
+            return
+        self.state.expect(TRIGGERS, obj)
 
     async def _link(self, ref: PodRef, node_claim: str) -> None:
         try:
@@ -318,6 +399,8 @@ class Controller:
             pool,
             ", ".join(map(str, serves)),
         )
+        if (obj.get("spec") or {}).get("schedulerName") == NON_BINDING_SCHEDULER:
+            await self._mark(PodRef(obj["metadata"]["namespace"], obj["metadata"]["name"]))
         stamp = self.now().strftime("%Y-%m-%dT%H:%M:%SZ")
         status, event = triggered(name, gpus, pool, stamp)
-        await asyncio.gather(*(self._set_status(SetStatus(ref, status, event)) for ref in serves))
+        self._queue_statuses([SetStatus(ref, status, event) for ref in serves])

@@ -19,16 +19,18 @@ from typing import Any
 
 from controller.model import (
     InvalidPod,
+    Nomination,
     PendingPod,
     ScaleUpStatus,
     ScheduledPod,
     parse_nodeclaim,
     parse_nodepool,
+    parse_nomination,
     parse_pending_pod,
     parse_trigger,
 )
 from controller.plan import Snapshot
-from gpu_intent.intent import ANNOTATION_SCALE_UP, is_trigger
+from gpu_intent.intent import ANNOTATION_SCALE_UP, INJECT_LABEL, INJECT_VALUE, is_trigger
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +42,11 @@ PENDING_PODS = "pending-pods"
 TRIGGERS = "triggers"
 NODECLAIMS = "nodeclaims"
 NODEPOOLS = "nodepools"
-KINDS = (PENDING_PODS, TRIGGERS, NODECLAIMS, NODEPOOLS)
+#: Namespaces that opted in (label `gpu_intent.intent.INJECT_LABEL`).
+NAMESPACES = "namespaces"
+#: Karpenter's ``Nominated`` Events in the trigger namespace.
+NOMINATIONS = "nominations"
+KINDS = (PENDING_PODS, TRIGGERS, NODECLAIMS, NODEPOOLS, NAMESPACES, NOMINATIONS)
 #: Scale-up phases after which a pod's binding deserves a final ``Scheduled`` status.
 TRACKED_PHASES = frozenset({"Triggered", "Provisioning", "NodeReady"})
 #: Most bound pods remembered while their final status is pending (memory bound).
@@ -82,6 +88,10 @@ class ClusterState:
         self._left: dict[Key, Obj] = {}
         #: Those of them found bound, owed a final ``Scheduled`` status.
         self._bound: dict[Key, Obj] = {}
+        #: NodeReady covers set when a trigger was deleted: pod -> (NodeClaim, when).
+        self._covers: dict[Key, tuple[str, datetime]] = {}
+        #: Pods in namespaces that did not opt in, already logged once.
+        self._ignored: set[Key] = set()
 
     def replace(self, kind: str, items: Iterable[Obj]) -> None:
         """A (re)list: the cache for ``kind`` becomes exactly ``items``. A relist is
@@ -136,6 +146,17 @@ class ClusterState:
         if current is not None and (current.get("spec") or {}).get("nodeName"):
             self._bound[key] = current
 
+    def cover(self, keys: Iterable[Key], node_claim: str, since: datetime) -> None:
+        """Record that these pods were left to their scheduler on ``node_claim`` at
+        ``since`` (the planner's NodeReady cover), before their status is written."""
+        for key in keys:
+            self._covers[key] = (node_claim, since)
+
+    def expire_covers(self, before: datetime) -> None:
+        """Forget covers set before ``before`` (they no longer hold anyway)."""
+        for key in [k for k, (_, since) in self._covers.items() if since < before]:
+            del self._covers[key]
+
     def forget_scheduled(self, key: Key) -> None:
         """The bound pod's final status is written (or it is gone)."""
         self._bound.pop(key, None)
@@ -176,13 +197,26 @@ class ClusterState:
         pool_keys: set[str] = set()
         for pool in nodepools.values():
             pool_keys |= pool.label_keys()
+        opted_in = {key_of(obj)[1] for obj in self.objects(NAMESPACES)}
         pods: list[PendingPod | InvalidPod] = []
         for obj in self.objects(PENDING_PODS):
             if is_trigger((obj.get("metadata") or {}).get("labels")):
                 continue
             parsed = parse_pending_pod(obj, pool_keys)
-            if parsed is not None:
-                pods.append(parsed)
+            if parsed is None:
+                continue
+            if parsed.ref.namespace not in opted_in:
+                self._log_ignored(parsed.ref.namespace, parsed.ref.name)
+                continue
+            pods.append(parsed)
+        nominations: dict[Key, Nomination] = {}
+        for event in self.objects(NOMINATIONS):
+            nomination = parse_nomination(event)
+            if nomination is None:
+                continue
+            known = nominations.get(nomination.pod)
+            if known is None or (nomination.seen or now) >= (known.seen or now):
+                nominations[nomination.pod] = nomination
         triggers = []
         for obj in self.objects(TRIGGERS):
             trigger = parse_trigger(obj)
@@ -194,4 +228,21 @@ class ClusterState:
             else:
                 triggers.append(trigger)
         scheduled = [ScheduledPod.parse(obj) for _, obj in sorted(self._bound.items())]
-        return Snapshot(pods, triggers, nodeclaims, nodepools, now, scheduled)
+        return Snapshot(
+            pods, triggers, nodeclaims, nodepools, now, scheduled, nominations, dict(self._covers)
+        )
+
+    def _log_ignored(self, namespace: str, name: str) -> None:
+        """Say once per pod that it is not ours to serve (bounded like `_left`)."""
+        if (namespace, name) in self._ignored or len(self._ignored) >= MAX_SCHEDULED:
+            return
+        self._ignored.add((namespace, name))
+        log.info(
+            "ignoring pod %s/%s: it carries a GPU intent but namespace %s has not opted in "
+            "(label %s=%s)",
+            namespace,
+            name,
+            namespace,
+            INJECT_LABEL,
+            INJECT_VALUE,
+        )

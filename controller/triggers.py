@@ -9,6 +9,7 @@ privileges. Purely computational: `trigger_pod` returns the JSON body to create.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from controller.model import (
     ANNOTATION_SELECTOR,
     ANNOTATION_SERVES,
     NODEPOOL_LABEL,
+    NON_BINDING_SCHEDULER,
     GroupKey,
     NodePoolInfo,
     PodRef,
@@ -31,6 +33,7 @@ from gpu_intent.intent import (
     TRIGGER_LABEL,
     TRIGGER_LABEL_VALUE,
 )
+from gpu_intent.quantity import parse_quantity
 
 #: HAMi's webhook skips pods with this label; without it HAMi would rewrite the trigger
 #: into a pod Karpenter rejects (Project-HAMi/HAMi pkg/scheduler/webhook.go).
@@ -50,9 +53,16 @@ class TriggerSettings:
         image: the container image; pause does nothing and is tiny.
         gpu_name_label: the node label carrying the canonical GPU model
             (``karpenter.k8s.aws/instance-gpu-name`` on AWS; REFERENCE.md section 2).
-        cpu: CPU request per trigger (a quantity), small so the GPU decides the size.
-        memory: memory request per trigger (a quantity).
+        cpu: least CPU request per trigger (a quantity); a trigger asks for the CPU of
+            the pods it stands for when that is more.
+        memory: least memory request per trigger (a quantity), likewise.
         priority_class: optional PriorityClass name for triggers.
+        binding: False (the default) makes *non-binding* triggers: ``schedulerName``
+            `NON_BINDING_SCHEDULER`, which nothing serves, and the controller marks them
+            ``PodScheduled=False, reason=Unschedulable`` itself. Such a trigger never
+            binds, never holds a GPU and never races the real pod for the new node. True
+            makes ordinary pods that kube-scheduler binds (for clusters where something
+            rejects pods with an unknown scheduler).
     """
 
     namespace: str = "gpu-intent-system"
@@ -61,6 +71,15 @@ class TriggerSettings:
     cpu: str = "10m"
     memory: str = "16Mi"
     priority_class: str | None = None
+    binding: bool = False
+
+    @property
+    def min_cpu_millis(self) -> int:
+        return math.ceil(parse_quantity(self.cpu, "trigger cpu") * 1000)
+
+    @property
+    def min_memory_bytes(self) -> int:
+        return math.ceil(parse_quantity(self.memory, "trigger memory"))
 
 
 def _dns_label(text: str) -> str:
@@ -85,12 +104,36 @@ def tolerations_for(pool: NodePoolInfo) -> list[dict[str, Any]]:
     return out
 
 
+def unschedulable_patch(stamp: str) -> dict[str, Any]:
+    """The status patch (strategic merge, ``conditions`` merge by ``type``) that marks a
+    non-binding trigger ``PodScheduled=False, reason=Unschedulable``: what Karpenter's
+    IsProvisionable reads (pkg/utils/pod/scheduling.go). ``stamp``: RFC 3339 time."""
+    return {
+        "status": {
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "gpu-intent trigger: no scheduler binds it; it stands for "
+                    "GPU demand Karpenter cannot see",
+                    "lastTransitionTime": stamp,
+                    "lastProbeTime": None,
+                }
+            ]
+        }
+    }
+
+
 def trigger_pod(
     group: GroupKey,
     gpus: int,
     pool: NodePoolInfo,
     serves: Sequence[PodRef],
     settings: TriggerSettings,
+    *,
+    cpu_millis: int = 0,
+    memory_bytes: int = 0,
 ) -> dict[str, Any]:
     """The Pod body of one trigger for ``gpus`` whole GPUs of ``group``.
 
@@ -100,7 +143,9 @@ def trigger_pod(
     selector and the pods served; ``nodeSelector`` with ``karpenter.sh/nodepool``, the
     model label when the group has a model, and the group's copied selector entries;
     tolerations for the pool's taints; one pause container requesting ``gpus`` of
-    ``nvidia.com/gpu`` (requests = limits, as Kubernetes requires for extended resources).
+    ``nvidia.com/gpu`` (requests = limits, as Kubernetes requires for extended resources)
+    and ``cpu_millis``/``memory_bytes`` (the pods' own, at least the settings' minimum);
+    ``schedulerName`` `NON_BINDING_SCHEDULER` unless ``settings.binding``.
     Raises ValueError for ``gpus < 1``.
     """
     if gpus < 1:
@@ -120,9 +165,11 @@ def trigger_pod(
     }
     if group.model:
         annotations[ANNOTATION_MODEL] = group.model
+    cpu = f"{max(cpu_millis, settings.min_cpu_millis)}m"
+    memory = str(max(memory_bytes, settings.min_memory_bytes))
     resources = {
-        "requests": {"nvidia.com/gpu": str(gpus), "cpu": settings.cpu, "memory": settings.memory},
-        "limits": {"nvidia.com/gpu": str(gpus), "memory": settings.memory},
+        "requests": {"nvidia.com/gpu": str(gpus), "cpu": cpu, "memory": memory},
+        "limits": {"nvidia.com/gpu": str(gpus), "memory": memory},
     }
     spec: dict[str, Any] = {
         "nodeSelector": node_selector,
@@ -149,6 +196,8 @@ def trigger_pod(
     }
     if settings.priority_class:
         spec["priorityClassName"] = settings.priority_class
+    if not settings.binding:
+        spec["schedulerName"] = NON_BINDING_SCHEDULER
     return {
         "apiVersion": "v1",
         "kind": "Pod",

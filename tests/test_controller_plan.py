@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -11,13 +12,16 @@ import pytest
 from controller_fixtures import T0, gpu_pod, nodeclaim, nodepool
 
 from controller.model import (
+    NON_BINDING_SCHEDULER,
     GroupKey,
+    Nomination,
     PendingPod,
     PodRef,
     ScaleUpStatus,
     ScheduledPod,
     parse_nodeclaim,
     parse_nodepool,
+    parse_nomination,
     parse_pending_pod,
     parse_trigger,
 )
@@ -35,7 +39,7 @@ from controller.plan import (
     pack,
     plan,
 )
-from controller.triggers import TriggerSettings, trigger_pod
+from controller.triggers import TriggerSettings, trigger_pod, unschedulable_patch
 
 NOW = datetime(2026, 11, 21, 12, 0, 5, tzinfo=UTC)
 LATER = "2026-11-21T12:00:02Z"
@@ -233,7 +237,26 @@ def test_a_new_pod_that_fits_in_the_trigger_spare_share_needs_no_new_trigger() -
     assert [c.gpus for c in plan(snapshot(three, triggers=[trigger]), CONFIG).creates] == [1]
 
 
-def test_trigger_is_linked_to_the_nodeclaim_karpenter_made_after_it() -> None:
+def nominated(trigger: dict[str, Any], claim: str, at: str = LATER) -> Nomination:
+    """Karpenter's Nominated event on ``trigger``, parsed."""
+    meta = trigger["metadata"]
+    event = {
+        "reason": "Nominated",
+        "message": f"Pod should schedule on: nodeclaim/{claim}",
+        "involvedObject": {
+            "kind": "Pod",
+            "namespace": meta["namespace"],
+            "name": meta["name"],
+            "uid": meta["uid"],
+        },
+        "lastTimestamp": at,
+    }
+    parsed = parse_nomination(event)
+    assert parsed is not None
+    return parsed
+
+
+def test_trigger_is_linked_only_by_karpenters_nomination_never_by_creation_order() -> None:
     pods = [gpu_pod("a", "1", model="l4")]
     trigger = live_trigger(plan(snapshot(pods), CONFIG))
     older = nodeclaim(
@@ -242,12 +265,34 @@ def test_trigger_is_linked_to_the_nodeclaim_karpenter_made_after_it() -> None:
     newer = nodeclaim(
         "gpu-standard-new", "gpu-standard", model="l4", created="2026-11-21T12:00:02Z"
     )
-    result = plan(snapshot(pods, triggers=[trigger], claims=[older, newer]), CONFIG)
+    # A NodeClaim of the right pool and model made after the trigger is no evidence.
+    guess = plan(snapshot(pods, triggers=[trigger], claims=[older, newer]), CONFIG)
+    assert guess.links == ()
+    assert {s.status.phase for s in guess.statuses} == {TRIGGERED}
+    assert "none is known yet" in guess.statuses[0].status.message
+    # Karpenter's Nominated event names the NodeClaim, even the older one.
+    snap = snapshot(pods, triggers=[trigger], claims=[older, newer])
+    result = plan(
+        replace(snap, nominations={key(trigger): nominated(trigger, "gpu-standard-old")}), CONFIG
+    )
     assert [(str(link.ref), link.node_claim) for link in result.links] == [
-        ("gpu-intent-system/gi-x", "gpu-standard-new")
+        ("gpu-intent-system/gi-x", "gpu-standard-old")
     ]
     assert result.statuses[0].status.phase == PROVISIONING
-    assert result.statuses[0].status.node_claim == "gpu-standard-new"
+    assert result.statuses[0].status.node_claim == "gpu-standard-old"
+
+
+def test_a_nomination_of_a_previous_pod_with_the_same_name_is_no_evidence() -> None:
+    pods = [gpu_pod("a", "1", model="l4")]
+    trigger = live_trigger(plan(snapshot(pods), CONFIG))
+    stale = nominated(trigger, "nc-1")
+    stale = replace(stale, uid="uid-of-an-older-pod")
+    snap = snapshot(pods, triggers=[trigger], claims=[nodeclaim("nc-1", "gpu-standard")])
+    assert plan(replace(snap, nominations={key(trigger): stale}), CONFIG).links == ()
+
+
+def key(obj: dict[str, Any]) -> tuple[str, str]:
+    return obj["metadata"]["namespace"], obj["metadata"]["name"]
 
 
 def test_nodeclaim_of_another_pool_model_or_too_small_is_not_linked() -> None:
@@ -261,36 +306,17 @@ def test_nodeclaim_of_another_pool_model_or_too_small_is_not_linked() -> None:
     assert plan(snapshot(pods, triggers=[trigger], claims=claims), CONFIG).links == ()
 
 
-def test_two_triggers_share_a_nodeclaim_with_enough_gpu_requests() -> None:
-    snap = snapshot(
-        [gpu_pod("a", "1", model="l4"), gpu_pod("b", "1", model="l4")],
-    )
-    first = plan(snap, CONFIG)
+def test_two_triggers_nominated_to_one_nodeclaim_both_link_to_it() -> None:
+    first = plan(snapshot([gpu_pod("a", "1", model="l4"), gpu_pod("b", "1", model="l4")]), CONFIG)
     triggers = [
         live_trigger(first, 0, name="gi-1"),
         live_trigger(first, 1, name="gi-2", created="2026-11-21T12:00:01Z"),
     ]
     parsed = [t for t in map(parse_trigger, triggers) if t is not None]
-    claims = {
-        c.name: c
-        for c in [
-            parse_nodeclaim(nodeclaim("big", "gpu-standard", gpus=2, model="l4", created=LATER))
-        ]
-    }
-    links = link_claims(parsed, claims, CONFIG.trigger.gpu_name_label)
-    assert set(links.values()) == {"big"}
-    small = {
-        c.name: c
-        for c in [
-            parse_nodeclaim(nodeclaim("small", "gpu-standard", gpus=1, model="l4", created=LATER))
-        ]
-    }
-    assert sorted(
-        str(v) for v in link_claims(parsed, small, CONFIG.trigger.gpu_name_label).values()
-    ) == [
-        "None",
-        "small",
-    ]
+    big = parse_nodeclaim(nodeclaim("big", "gpu-standard", gpus=2, model="l4", created=LATER))
+    evidence = {key(t): nominated(t, "big") for t in triggers}
+    assert set(link_claims(parsed, {"big": big}, evidence).values()) == {"big"}
+    assert set(link_claims(parsed, {"big": big}, {}).values()) == {None}
 
 
 def test_ready_nodeclaim_removes_the_trigger_after_telling_its_pods() -> None:
@@ -304,7 +330,8 @@ def test_ready_nodeclaim_removes_the_trigger_after_telling_its_pods() -> None:
     delete = result.deletes[0]
     assert delete.ref == PodRef("gpu-intent-system", "gi-x", "uid-gi-x")
     assert delete.ref.uid == "uid-gi-x"
-    assert set(delete.after) == {PodRef("ml", "a"), PodRef("ml", "b")}
+    assert set(delete.cover) == {PodRef("ml", "a"), PodRef("ml", "b")}
+    assert delete.node_claim == "nc-1"
     assert result.creates == ()
 
 
@@ -334,7 +361,7 @@ def test_trigger_whose_demand_went_away_is_deleted() -> None:
     trigger = live_trigger(plan(snapshot([gpu_pod("a", "1", model="l4")]), CONFIG))
     result = plan(snapshot([], triggers=[trigger]), CONFIG)
     assert [d.ref.name for d in result.deletes] == ["gi-x"]
-    assert result.deletes[0].after == ()
+    assert result.deletes[0].cover == ()
 
 
 def test_most_progressed_trigger_is_kept_when_demand_shrinks() -> None:
@@ -397,10 +424,127 @@ def test_zone_selector_is_copied_and_splits_groups() -> None:
     assert zones == ["us-east-1a", "us-east-1b"]
 
 
-def test_hostname_selector_is_never_copied() -> None:
+def test_hostname_selector_is_unresolvable_as_no_new_node_has_that_name() -> None:
     pod = gpu_pod("a", "0.5", model="l4", node_selector={"kubernetes.io/hostname": "n1"})
-    selector = plan(snapshot([pod]), CONFIG).creates[0].body["spec"]["nodeSelector"]  # type: ignore[index]
-    assert "kubernetes.io/hostname" not in selector
+    result = plan(snapshot([pod]), CONFIG)
+    assert result.creates == ()
+    [told] = result.statuses
+    assert told.status.phase == UNRESOLVABLE
+    assert "nodeSelector kubernetes.io/hostname=n1" in told.status.message
+    assert told.event is not None and told.event.type == "Warning"
+
+
+def test_a_selector_no_node_will_carry_is_unresolvable_and_named() -> None:
+    nowhere = gpu_pod("a", "0.5", model="l4", node_selector={"example.com/nowhere": "yes"})
+    [told] = plan(snapshot([nowhere]), CONFIG).statuses
+    assert told.status.phase == UNRESOLVABLE
+    assert "example.com/nowhere=yes" in told.status.message
+    # GPU Feature Discovery labels are set on every new GPU node: a trigger is made.
+    gfd = gpu_pod("b", "0.5", model="l4", node_selector={"nvidia.com/gpu.product": "NVIDIA-L4"})
+    assert len(plan(snapshot([gfd]), CONFIG).creates) == 1
+    # A value the pool's requirements exclude.
+    zone_pool = nodepool("gpu-standard", models=["l4"])
+    zone_pool["spec"]["template"]["spec"]["requirements"].append(
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1a"]}
+    )
+    elsewhere = gpu_pod(
+        "c", "0.5", model="l4", node_selector={"topology.kubernetes.io/zone": "us-east-1c"}
+    )
+    [told] = plan(snapshot([elsewhere], pools=[zone_pool]), CONFIG).statuses
+    assert told.status.phase == UNRESOLVABLE
+    assert "does not admit" in told.status.message
+
+
+def test_required_node_affinity_must_have_one_satisfiable_term() -> None:
+    def with_terms(name: str, *terms: list[dict[str, Any]]) -> dict[str, Any]:
+        pod = gpu_pod(name, "0.5", model="l4")
+        pod["spec"]["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": t} for t in terms]
+                }
+            }
+        }
+        return pod
+
+    never = [{"key": "example.com/rack", "operator": "In", "values": ["r1"]}]
+    fine = [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]
+    absent = [{"key": "example.com/rack", "operator": "DoesNotExist"}]
+    [told] = plan(snapshot([with_terms("a", never)]), CONFIG).statuses
+    assert told.status.phase == UNRESOLVABLE
+    assert "required node affinity example.com/rack In [r1]" in told.status.message
+    assert len(plan(snapshot([with_terms("b", never, fine)]), CONFIG).creates) == 1
+    assert len(plan(snapshot([with_terms("c", absent)]), CONFIG).creates) == 1
+
+
+def test_a_trigger_asks_for_the_cpu_and_memory_of_the_pods_it_stands_for() -> None:
+    big = {"requests": {"cpu": "3", "memory": "6Gi"}}
+    pods = [
+        gpu_pod("a", "0.5", model="l4", resources=big),
+        gpu_pod("b", "0.5", model="l4", resources=big),
+    ]
+    [create] = plan(snapshot(pods), CONFIG).creates
+    requests = create.body["spec"]["containers"][0]["resources"]["requests"]  # type: ignore[index]
+    assert requests["cpu"] == "6000m"
+    assert requests["memory"] == str(12 * 1024**3)
+    small = plan(snapshot([gpu_pod("c", "1", model="l4")]), CONFIG).creates[0]
+    requests = small.body["spec"]["containers"][0]["resources"]["requests"]  # type: ignore[index]
+    assert (requests["cpu"], requests["memory"]) == ("10m", str(16 * 1024**2))
+
+
+def test_triggers_are_non_binding_by_default_and_marked_unschedulable() -> None:
+    [create] = plan(snapshot([gpu_pod("a", "1", model="l4")]), CONFIG).creates
+    assert create.body["spec"]["schedulerName"] == NON_BINDING_SCHEDULER  # type: ignore[index]
+    trigger = live_trigger(plan(snapshot([gpu_pod("a", "1", model="l4")]), CONFIG))
+    unmarked = plan(snapshot([gpu_pod("a", "1", model="l4")], triggers=[trigger]), CONFIG)
+    assert [str(m.ref) for m in unmarked.marks] == ["gpu-intent-system/gi-x"]
+    trigger["status"] = unschedulable_patch(T0)["status"]
+    marked = plan(snapshot([gpu_pod("a", "1", model="l4")], triggers=[trigger]), CONFIG)
+    assert marked.marks == ()
+    binding = PlanConfig(trigger=TriggerSettings(binding=True))
+    [create] = plan(snapshot([gpu_pod("a", "1", model="l4")]), binding).creates
+    assert "schedulerName" not in create.body["spec"]  # type: ignore[operator]
+
+
+def test_capacity_already_bought_is_used_before_any_new_trigger() -> None:
+    # A 2-GPU trigger linked to a launching NodeClaim; the demand is now two 1-GPU pods
+    # (packed differently than when the trigger was made): no new trigger, no delete.
+    first = plan(snapshot([gpu_pod("a", "2", model="l4")]), CONFIG)
+    trigger = live_trigger(first, node_claim="nc-1")
+    claim = nodeclaim("nc-1", "gpu-standard", gpus=2, model="l4", launched=True)
+    pods = [gpu_pod("b", "1", model="l4"), gpu_pod("c", "1", model="l4")]
+    result = plan(snapshot(pods, triggers=[trigger], claims=[claim]), CONFIG)
+    assert (result.creates, result.deletes) == ((), ())
+    assert {s.status.phase for s in result.statuses} == {PROVISIONING}
+
+
+def test_a_trigger_whose_nodeclaim_is_on_its_way_is_kept_until_ready() -> None:
+    trigger = live_trigger(
+        plan(snapshot([gpu_pod("a", "1", model="l4")]), CONFIG), node_claim="nc-1"
+    )
+    launching = nodeclaim("nc-1", "gpu-standard", model="l4", launched=True)
+    kept = plan(snapshot([], triggers=[trigger], claims=[launching]), CONFIG)
+    assert kept.deletes == ()
+    # The kept capacity serves a pod that comes meanwhile: nothing more is bought.
+    late = plan(
+        snapshot([gpu_pod("z", "1", model="l4")], triggers=[trigger], claims=[launching]), CONFIG
+    )
+    assert late.creates == () and late.deletes == ()
+    ready = nodeclaim("nc-1", "gpu-standard", model="l4", ready=True, node="n1")
+    gone = plan(snapshot([], triggers=[trigger], claims=[ready]), CONFIG)
+    assert [d.reason for d in gone.deletes] == [
+        "NodeClaim nc-1 is Ready and no pending pod needs it"
+    ]
+
+
+def test_a_cover_the_executor_holds_works_without_the_status_annotation() -> None:
+    claim = nodeclaim("nc-1", "gpu-standard", model="l4", ready=True, node="n1")
+    pod = gpu_pod("a", "1", model="l4")
+    snap = snapshot([pod], claims=[claim])
+    covered = replace(snap, covers={("ml", "a"): ("nc-1", NOW - timedelta(seconds=5))})
+    assert not plan(covered, CONFIG)
+    expired = replace(snap, covers={("ml", "a"): ("nc-1", NOW - timedelta(seconds=61))})
+    assert len(plan(expired, CONFIG).creates) == 1
 
 
 def test_trigger_pod_spec_is_what_karpenter_understands() -> None:

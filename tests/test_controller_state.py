@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from controller_fixtures import gpu_pod, nodepool
 
 from controller import karpenter
-from controller.state import NODEPOOLS, PENDING_PODS, TRIGGERS, ClusterState
+from controller.state import NAMESPACES, NODEPOOLS, PENDING_PODS, TRIGGERS, ClusterState
 
 
 class Clock:
@@ -64,8 +66,31 @@ def test_snapshot_skips_trigger_pods_among_pending_pods() -> None:
         "app.kubernetes.io/managed-by": "gpu-intent",
     }
     state.replace(PENDING_PODS, [pod, fake_trigger])
+    state.replace(NAMESPACES, [opted_in("ml")])
     snap = state.snapshot(datetime(2026, 11, 21, tzinfo=UTC))
     assert [p.ref.name for p in snap.pods] == ["a"]
+
+
+def opted_in(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"gpu-intent.io/inject": "enabled"}}}
+
+
+def test_pods_in_namespaces_that_did_not_opt_in_are_not_served(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    state = ClusterState(Clock())
+    state.replace(NODEPOOLS, [nodepool("gpu", models=["l4"])])
+    state.replace(
+        PENDING_PODS,
+        [gpu_pod("a", "1", model="l4"), gpu_pod("b", "1", model="l4", namespace="dev")],
+    )
+    state.replace(NAMESPACES, [opted_in("ml")])
+    with caplog.at_level(logging.INFO, logger="controller.state"):
+        snap = state.snapshot(datetime(2026, 11, 21, tzinfo=UTC))
+        state.snapshot(datetime(2026, 11, 21, tzinfo=UTC))
+    assert [str(p.ref) for p in snap.pods] == ["ml/a"]
+    said = [r.getMessage() for r in caplog.records if "dev/b" in r.getMessage()]
+    assert len(said) == 1 and "namespace dev has not opted in" in said[0]
 
 
 def test_is_provisionable_follows_karpenter() -> None:
