@@ -18,6 +18,7 @@ from typing import Any
 
 from controller import karpenter
 from gpu_intent.intent import (
+    ANNOTATION_GPU_MEMORY,
     ANNOTATION_GPUS,
     ANNOTATION_MODEL,
     ANNOTATION_POOL,
@@ -280,7 +281,7 @@ class TriggerInfo:
 
     ``cpu_millis``/``memory_bytes``: what it requests (millicores, bytes).
     ``marked_unschedulable``: it carries ``PodScheduled`` reason ``Unschedulable`` (what
-    makes Karpenter provision for it). ``binding``: a scheduler may bind it (it is not
+    makes Karpenter provision for it); ``condition_reason``: that condition's reason. ``binding``: a scheduler may bind it (it is not
     a non-binding trigger, see `controller.triggers`).
     """
 
@@ -297,22 +298,28 @@ class TriggerInfo:
     memory_bytes: int = 0
     marked_unschedulable: bool = False
     binding: bool = True
+    min_memory_mib: int = 0
+    condition_reason: str | None = None
 
     @property
     def group(self) -> GroupKey:
-        return GroupKey(self.pool, self.model, self.selector)
+        return GroupKey(self.pool, self.model, self.selector, self.min_memory_mib)
 
 
 @dataclass(frozen=True, slots=True, order=True)
 class GroupKey:
-    """Pods whose GPUs may be bought together: same NodePool, model and copied selector."""
+    """Pods whose GPUs may be bought together: same NodePool, model, copied selector and,
+    for pods that name no model, the GPU memory they need (MiB per GPU, 0: none)."""
 
     pool: str
     model: str | None
     selector: tuple[tuple[str, str], ...] = ()
+    min_memory_mib: int = 0
 
     def __str__(self) -> str:
         parts = [f"pool={self.pool}", f"model={self.model or 'any'}"]
+        if self.min_memory_mib:
+            parts.append(f"gpu-memory>={self.min_memory_mib}Mi")
         parts += [f"{k}={v}" for k, v in self.selector]
         return ",".join(parts)
 
@@ -491,6 +498,7 @@ def parse_trigger(obj: Mapping[str, Any]) -> TriggerInfo | None:
     try:
         gpus = int(annotations.get(ANNOTATION_GPUS, ""))
         selector_raw = json.loads(annotations.get(ANNOTATION_SELECTOR) or "{}")
+        min_memory = int(annotations.get(ANNOTATION_GPU_MEMORY) or 0)
     except ValueError:
         return None
     if not pool or gpus <= 0 or not isinstance(selector_raw, dict):
@@ -511,6 +519,15 @@ def parse_trigger(obj: Mapping[str, Any]) -> TriggerInfo | None:
         memory_bytes=memory,
         marked_unschedulable=karpenter.unschedulable_condition(obj) is not None,
         binding=spec.get("schedulerName") != NON_BINDING_SCHEDULER,
+        min_memory_mib=max(min_memory, 0),
+        condition_reason=next(
+            (
+                str(c.get("reason"))
+                for c in (obj.get("status") or {}).get("conditions") or []
+                if isinstance(c, Mapping) and c.get("type") == "PodScheduled"
+            ),
+            None,
+        ),
     )
 
 

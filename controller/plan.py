@@ -56,7 +56,7 @@ from controller.model import (
     TriggerInfo,
     parse_time,
 )
-from controller.triggers import TriggerSettings, trigger_pod
+from controller.triggers import LINKED_REASON, TriggerSettings, trigger_pod
 from gpu_intent.intent import format_gpus
 
 # Phases of the scale-up status annotation (see model.ScaleUpStatus).
@@ -147,11 +147,14 @@ class DeleteTrigger:
 
 
 @dataclass(frozen=True, slots=True)
-class MarkUnschedulable:
-    """Mark a non-binding trigger ``PodScheduled=False, reason=Unschedulable`` (what makes
-    Karpenter provision for it)."""
+class MarkTrigger:
+    """Set a non-binding trigger's ``PodScheduled=False`` condition: reason
+    ``Unschedulable`` while no NodeClaim is known for it (``node_claim`` None: Karpenter
+    provisions for it), `controller.triggers.LINKED_REASON` once one is (Karpenter leaves
+    it alone)."""
 
     ref: PodRef
+    node_claim: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +177,7 @@ class Plan:
     creates: tuple[CreateTrigger, ...] = ()
     #: GPUs of demand per group this pass (for metrics and the demo's report).
     demand: Mapping[GroupKey, Decimal] = field(default_factory=dict)
-    marks: tuple[MarkUnschedulable, ...] = ()
+    marks: tuple[MarkTrigger, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.links or self.statuses or self.deletes or self.creates or self.marks)
@@ -230,7 +233,9 @@ def resolve_pool(
     model, the Ready pools that explicitly admit it (requirement ``In`` or template
     label on the GPU model label), else GPU pools that do not exclude it, by weight then
     name (Karpenter picks the highest weight among matching pools); without a model, the
-    configured default pool.
+    configured default pool, or for an intent that states GPU memory the first GPU pool
+    (its trigger then asks for that much GPU memory, so Karpenter picks the cheapest
+    GPU that fits).
     """
     label = config.trigger.gpu_name_label
     model = pod.intent.model
@@ -242,6 +247,9 @@ def resolve_pool(
         default = pools.get(config.default_nodepool or "")
         if default is not None and default.ready:
             return default, ""
+        gpu_pools = [p for p in ready if _gpu_pool(p)]
+        if pod.intent.gpu_memory_mib and gpu_pools and not config.default_nodepool:
+            return gpu_pools[0], ""  # the memory requirement lets Karpenter pick the GPU
         if config.default_nodepool:
             return (
                 None,
@@ -346,7 +354,11 @@ def pack(pods: Iterable[PendingPod]) -> list[_Bin]:
     """Best-fit-decreasing of pods' GPU needs into whole-GPU bins (see module doc).
 
     Pods are taken largest need first; a fractional pod goes to the open bin whose
-    spare share fits it most tightly, else opens a 1-GPU bin. Best fit and first fit
+    spare share fits it most tightly, else opens a 1-GPU bin. A pod that states GPU
+    memory (MiB) takes whole GPUs and shares none: its share of a card cannot be judged
+    without the card's memory (KAI counts a ``gpu-memory`` pod as 0.1 GPU, and ten such
+    pods on one 24 GiB card would not fit), so it is bought as a native whole-GPU pod
+    would be. Best fit and first fit
     decreasing share the 11/9 OPT + 6/9 bound (Dosa 2007); a sorted index of spare
     shares makes this O(n log n) instead of first fit's O(n x bins).
     """
@@ -355,10 +367,10 @@ def pack(pods: Iterable[PendingPod]) -> list[_Bin]:
     order = sorted(pods, key=lambda p: (-p.intent.gpus, p.created or datetime.min, p.ref))
     for pod in order:
         need = pod.intent.gpus
-        if need >= 1:
+        if need >= 1 or pod.intent.gpu_memory_mib:
             size = math.ceil(need)
             bins.append(_Bin(size, need, [pod]))
-            if size - need > 0:
+            if size - need > 0 and not pod.intent.gpu_memory_mib:
                 bisect.insort(spare, (size - need, len(bins) - 1))
             continue
         at = bisect.bisect_left(spare, (need, -1))
@@ -458,7 +470,8 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
                 Event("Warning", "NoNodePool", why),
             )
             continue
-        groups[GroupKey(pool.name, pod.intent.model, pod.selector)].append(pod)
+        memory = pod.intent.gpu_memory_mib if pod.intent.model is None else None
+        groups[GroupKey(pool.name, pod.intent.model, pod.selector, memory or 0)].append(pod)
 
     claim_of_node = {c.node_name: c.name for c in claims.values() if c.node_name}
     for done in snapshot.scheduled:
@@ -479,9 +492,12 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
         if (name := links.get(t.ref)) is not None and name != t.node_claim
     )
     marks = tuple(
-        MarkUnschedulable(t.ref)
+        MarkTrigger(t.ref, linked)
         for t in live
-        if not t.binding and not t.marked_unschedulable and not t.node_name
+        if not t.binding
+        and not t.node_name
+        and t.condition_reason
+        != ("Unschedulable" if (linked := links.get(t.ref)) is None else LINKED_REASON)
     )
     by_group: dict[GroupKey, list[TriggerInfo]] = defaultdict(list)
     for trigger in live:

@@ -49,7 +49,7 @@ from controller.state import (
     TRIGGERS,
     ClusterState,
 )
-from controller.triggers import unschedulable_patch
+from controller.triggers import condition_patch
 from gpu_intent.intent import (
     ANNOTATION_SCALE_UP,
     INJECT_LABEL,
@@ -279,7 +279,7 @@ class Controller:
             *(self._delete(d.ref, d.reason) for d in decided.deletes),
         )
         await asyncio.gather(
-            *(self._mark(m.ref) for m in decided.marks),
+            *(self._mark(m.ref, m.node_claim) for m in decided.marks),
             *(self._link(link.ref, link.node_claim) for link in decided.links),
         )
         self._queue_statuses(decided.statuses)
@@ -312,17 +312,19 @@ class Controller:
         while self._writer is not None and not self._writer.done():
             await asyncio.shield(self._writer)
 
-    async def _mark(self, ref: PodRef) -> None:
+    async def _mark(self, ref: PodRef, node_claim: str | None = None) -> None:
         stamp = self.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        patch = condition_patch(stamp, node_claim)
+        reason = patch["status"]["conditions"][0]["reason"]
         try:
             obj = await self._write(
-                "mark",
-                self.kube.patch_pod_status(ref.namespace, ref.name, unschedulable_patch(stamp)),
+                "mark", self.kube.patch_pod_status(ref.namespace, ref.name, patch)
             )
         except KubeError as e:
-            log.warning("marking trigger %s Unschedulable: %s", ref, e)
+            log.warning("marking trigger %s %s: %s", ref, reason, e)
             return
         self.state.expect(TRIGGERS, obj)
+        log.info("trigger %s marked PodScheduled=False reason %s", ref, reason)
 
     async def _link(self, ref: PodRef, node_claim: str) -> None:
         try:

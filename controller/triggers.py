@@ -25,6 +25,7 @@ from controller.model import (
     PodRef,
 )
 from gpu_intent.intent import (
+    ANNOTATION_GPU_MEMORY,
     ANNOTATION_GPUS,
     ANNOTATION_MODEL,
     ANNOTATION_POOL,
@@ -53,13 +54,16 @@ class TriggerSettings:
         image: the container image; pause does nothing and is tiny.
         gpu_name_label: the node label carrying the canonical GPU model
             (``karpenter.k8s.aws/instance-gpu-name`` on AWS; REFERENCE.md section 2).
+        gpu_memory_label: the node label carrying MiB of memory per GPU, for pods that
+            name memory but no model (``karpenter.k8s.aws/instance-gpu-memory`` on AWS).
         cpu: least CPU request per trigger (a quantity); a trigger asks for the CPU of
             the pods it stands for when that is more.
         memory: least memory request per trigger (a quantity), likewise.
         priority_class: optional PriorityClass name for triggers.
         binding: False (the default) makes *non-binding* triggers: ``schedulerName``
             `NON_BINDING_SCHEDULER`, which nothing serves, and the controller marks them
-            ``PodScheduled=False, reason=Unschedulable`` itself. Such a trigger never
+            ``PodScheduled=False, reason=Unschedulable`` itself until their NodeClaim is
+            known, then `LINKED_REASON` (see `condition_patch`). Such a trigger never
             binds, never holds a GPU and never races the real pod for the new node. True
             makes ordinary pods that kube-scheduler binds (for clusters where something
             rejects pods with an unknown scheduler).
@@ -68,6 +72,7 @@ class TriggerSettings:
     namespace: str = "gpu-intent-system"
     image: str = "registry.k8s.io/pause:3.10"
     gpu_name_label: str = "karpenter.k8s.aws/instance-gpu-name"
+    gpu_memory_label: str = "karpenter.k8s.aws/instance-gpu-memory"
     cpu: str = "10m"
     memory: str = "16Mi"
     priority_class: str | None = None
@@ -104,19 +109,37 @@ def tolerations_for(pool: NodePoolInfo) -> list[dict[str, Any]]:
     return out
 
 
-def unschedulable_patch(stamp: str) -> dict[str, Any]:
-    """The status patch (strategic merge, ``conditions`` merge by ``type``) that marks a
-    non-binding trigger ``PodScheduled=False, reason=Unschedulable``: what Karpenter's
-    IsProvisionable reads (pkg/utils/pod/scheduling.go). ``stamp``: RFC 3339 time."""
+#: ``PodScheduled`` reason of a non-binding trigger whose NodeClaim is known: anything but
+#: ``Unschedulable`` makes Karpenter stop provisioning for it (IsProvisionable reads the
+#: reason only), so nothing is bought twice while the node comes up.
+LINKED_REASON = "NodeClaimLinked"
+
+
+def condition_patch(stamp: str, node_claim: str | None = None) -> dict[str, Any]:
+    """The status patch (strategic merge; ``conditions`` merge by ``type``) for a
+    non-binding trigger's ``PodScheduled=False`` condition. Without ``node_claim``: reason
+    ``Unschedulable``, what Karpenter's IsProvisionable reads
+    (pkg/utils/pod/scheduling.go), so Karpenter provisions for it. With it: reason
+    `LINKED_REASON`, so Karpenter leaves it alone while that NodeClaim comes up (and the
+    real pods, or a KAI reservation pod, may take the GPU before the trigger is deleted
+    without Karpenter buying again). ``stamp``: RFC 3339 time."""
+    if node_claim is None:
+        reason = "Unschedulable"
+        message = (
+            "gpu-intent trigger: no scheduler binds it; it stands for GPU demand Karpenter "
+            "cannot see"
+        )
+    else:
+        reason = LINKED_REASON
+        message = f"gpu-intent trigger: NodeClaim {node_claim} is being provisioned for it"
     return {
         "status": {
             "conditions": [
                 {
                     "type": "PodScheduled",
                     "status": "False",
-                    "reason": "Unschedulable",
-                    "message": "gpu-intent trigger: no scheduler binds it; it stands for "
-                    "GPU demand Karpenter cannot see",
+                    "reason": reason,
+                    "message": message,
                     "lastTransitionTime": stamp,
                     "lastProbeTime": None,
                 }
@@ -142,6 +165,8 @@ def trigger_pod(
     plus ``hami.io/webhook: ignore``; annotations recording pool, model, GPUs, the copied
     selector and the pods served; ``nodeSelector`` with ``karpenter.sh/nodepool``, the
     model label when the group has a model, and the group's copied selector entries;
+    for a group with ``min_memory_mib``, required node affinity ``<gpu_memory_label> Gt
+    min-1`` (and the annotation ``gpu-intent.io/gpu-memory``);
     tolerations for the pool's taints; one pause container requesting ``gpus`` of
     ``nvidia.com/gpu`` (requests = limits, as Kubernetes requires for extended resources)
     and ``cpu_millis``/``memory_bytes`` (the pods' own, at least the settings' minimum);
@@ -165,6 +190,8 @@ def trigger_pod(
     }
     if group.model:
         annotations[ANNOTATION_MODEL] = group.model
+    if group.min_memory_mib:
+        annotations[ANNOTATION_GPU_MEMORY] = str(group.min_memory_mib)
     cpu = f"{max(cpu_millis, settings.min_cpu_millis)}m"
     memory = str(max(memory_bytes, settings.min_memory_bytes))
     resources = {
@@ -198,6 +225,26 @@ def trigger_pod(
         spec["priorityClassName"] = settings.priority_class
     if not settings.binding:
         spec["schedulerName"] = NON_BINDING_SCHEDULER
+    if group.min_memory_mib:
+        # Gt needs node affinity (a nodeSelector only says equals): Karpenter then picks
+        # the cheapest instance type whose GPUs have at least that much memory.
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": settings.gpu_memory_label,
+                                    "operator": "Gt",
+                                    "values": [str(group.min_memory_mib - 1)],
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -5,10 +5,18 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from kubernetes_asyncio import client
 
+from controller.kube import NODECLAIMS, PODS, Kube
+from controller.plan import PlanConfig
+from controller.reconciler import Controller, ControllerConfig
+from controller.triggers import TriggerSettings
+from sim import store as sim_store
+from sim.cluster import SimCluster
 from sim.nodeclaims import KarpenterTimings
 
 #: Karpenter with windows and lifecycle delays short enough for tests (seconds), keeping
@@ -45,3 +53,60 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@dataclass
+class Env:
+    cluster: SimCluster
+    api: client.ApiClient
+    kube: Kube
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    async def pods(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        items, _ = await self.kube.list(PODS, namespace=namespace, label_selector=label_selector)
+        return items
+
+    async def nodeclaims(self) -> list[dict[str, Any]]:
+        items, _ = await self.kube.list(NODECLAIMS)
+        return items
+
+    async def events(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        response = await self.core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name}", _preload_content=False
+        )
+        return list((await response.json())["items"])
+
+    def controller(self, **plan: Any) -> Controller:
+        config = ControllerConfig(
+            plan=PlanConfig(
+                trigger=TriggerSettings(namespace=TRIGGERS_NS),
+                default_nodepool="gpu-standard",
+                **plan,
+            ),
+            idle_seconds=0.02,
+            max_delay_seconds=0.2,
+            resync_seconds=0.5,
+        )
+        return Controller(self.kube, config)
+
+
+class NodeClaimCount:
+    """Every NodeClaim the sim's store ever admitted since `start`, deleted ones too, read
+    from a store watcher (the tests' view of what was bought)."""
+
+    def __init__(self, cluster: SimCluster) -> None:
+        self._watcher = cluster.store.watch(sim_store.NODECLAIMS)
+        self.created: dict[str, dict[str, Any]] = {}
+        self._task = asyncio.create_task(self._follow())
+
+    async def _follow(self) -> None:
+        async for event in self._watcher:
+            if event.type == "ADDED" or event.type == "MODIFIED":
+                self.created[event.obj["metadata"]["name"]] = event.obj
+
+    async def close(self) -> None:
+        self._watcher.close()
+        await asyncio.gather(self._task, return_exceptions=True)

@@ -39,7 +39,7 @@ from controller.plan import (
     pack,
     plan,
 )
-from controller.triggers import TriggerSettings, trigger_pod, unschedulable_patch
+from controller.triggers import TriggerSettings, condition_patch, trigger_pod
 
 NOW = datetime(2026, 11, 21, 12, 0, 5, tzinfo=UTC)
 LATER = "2026-11-21T12:00:02Z"
@@ -497,10 +497,23 @@ def test_triggers_are_non_binding_by_default_and_marked_unschedulable() -> None:
     assert create.body["spec"]["schedulerName"] == NON_BINDING_SCHEDULER  # type: ignore[index]
     trigger = live_trigger(plan(snapshot([gpu_pod("a", "1", model="l4")]), CONFIG))
     unmarked = plan(snapshot([gpu_pod("a", "1", model="l4")], triggers=[trigger]), CONFIG)
-    assert [str(m.ref) for m in unmarked.marks] == ["gpu-intent-system/gi-x"]
-    trigger["status"] = unschedulable_patch(T0)["status"]
+    assert [(str(m.ref), m.node_claim) for m in unmarked.marks] == [
+        ("gpu-intent-system/gi-x", None)
+    ]
+    trigger["status"] = condition_patch(T0)["status"]
     marked = plan(snapshot([gpu_pod("a", "1", model="l4")], triggers=[trigger]), CONFIG)
     assert marked.marks == ()
+    # Once its NodeClaim is known, Karpenter is told to leave it alone ...
+    trigger["metadata"]["annotations"]["gpu-intent.io/nodeclaim"] = "nc-1"
+    launching = nodeclaim("nc-1", "gpu-standard", model="l4", launched=True)
+    pods = [gpu_pod("a", "1", model="l4")]
+    linked = plan(snapshot(pods, triggers=[trigger], claims=[launching]), CONFIG)
+    assert [(m.node_claim) for m in linked.marks] == ["nc-1"]
+    trigger["status"] = condition_patch(T0, "nc-1")["status"]
+    assert plan(snapshot(pods, triggers=[trigger], claims=[launching]), CONFIG).marks == ()
+    # ... and asked again if that NodeClaim goes away before it is Ready.
+    lost = plan(snapshot(pods, triggers=[trigger]), CONFIG)
+    assert [(m.node_claim) for m in lost.marks] == [None]
     binding = PlanConfig(trigger=TriggerSettings(binding=True))
     [create] = plan(snapshot([gpu_pod("a", "1", model="l4")]), binding).creates
     assert "schedulerName" not in create.body["spec"]  # type: ignore[operator]
@@ -611,3 +624,51 @@ def test_pods_that_got_a_node_mid_scale_up_are_told_scheduled_with_the_time_it_t
     assert "no NodeClaim known" in unknown.status.message
     assert change.event is not None and change.event.reason == "ScaleUpComplete"
     assert change.seconds_to_node == 7.0
+
+
+def memory_pod(name: str, gpus: str, mib: int, model: str | None = None) -> dict[str, Any]:
+    """A KAI ``gpu-memory`` pod (KAI counts it as 0.1 GPU) stating ``mib`` MiB."""
+    pod = gpu_pod(name, gpus, model=model, source=("kai:gpu-memory",))
+    pod["metadata"]["annotations"]["gpu-intent.io/gpu-memory"] = str(mib)
+    return pod
+
+
+def test_memory_only_pods_get_a_whole_gpu_each_with_at_least_that_memory() -> None:
+    pods = [memory_pod(n, "0.1", 4000) for n in ("a", "b", "c")]
+    config = PlanConfig(trigger=TriggerSettings(namespace="gpu-intent-system"))
+    result = plan(snapshot(pods), config)
+    assert [c.gpus for c in result.creates] == [1, 1, 1]
+    for create in result.creates:
+        assert create.group.min_memory_mib == 4000 and create.group.model is None
+        terms = create.body["spec"]["affinity"]["nodeAffinity"][  # type: ignore[index]
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+        assert terms == [
+            {
+                "matchExpressions": [
+                    {
+                        "key": "karpenter.k8s.aws/instance-gpu-memory",
+                        "operator": "Gt",
+                        "values": ["3999"],
+                    }
+                ]
+            }
+        ]
+        assert "karpenter.k8s.aws/instance-gpu-name" not in create.body["spec"]["nodeSelector"]  # type: ignore[index]
+    # The stored triggers parse back to the same group: the next pass changes nothing.
+    stored = [live_trigger(result, i, name=f"gi-{i}") for i in range(3)]
+    again = plan(snapshot(pods, triggers=stored), config)
+    assert (again.creates, again.deletes) == ((), ())
+
+
+def test_fractions_that_state_memory_are_not_packed_but_plain_fractions_are() -> None:
+    pods = [
+        memory_pod("a", "0.5", 12000, model="l4"),
+        memory_pod("b", "0.5", 12000, model="l4"),
+        gpu_pod("c", "0.5", model="l4"),
+        gpu_pod("d", "0.5", model="l4"),
+    ]
+    result = plan(snapshot(pods), CONFIG)
+    assert sorted(len(c.serves) for c in result.creates) == [1, 1, 2]
+    # With a model the trigger pins the model; no memory requirement is added.
+    assert all(c.group.min_memory_mib == 0 for c in result.creates)

@@ -6,94 +6,15 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import defaultdict
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
-import pytest
-from e2e_support import FAST, TRIGGERS_NS, eventually
-from kubernetes_asyncio import client
+from e2e_support import TRIGGERS_NS, Env, eventually
 
-from certs import write_tls_files
 from controller import informer as informer_module
-from controller.kube import NODECLAIMS, PODS, Kube, load_configuration
 from controller.model import ScaleUpStatus
-from controller.plan import PlanConfig
-from controller.reconciler import Controller, ControllerConfig
-from controller.triggers import TriggerSettings
-from gpu_intent.demo import apply, default_examples, load_manifests, webhook_configuration
+from gpu_intent.demo import apply, default_examples, load_manifests
 from gpu_intent.intent import Intent
-from sim.cluster import SimCluster
-from webhook import server as webhook_server
-
-
-@dataclass
-class Env:
-    cluster: SimCluster
-    api: client.ApiClient
-    kube: Kube
-
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
-
-    async def pods(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
-        items, _ = await self.kube.list(PODS, namespace=namespace, label_selector=label_selector)
-        return items
-
-    async def nodeclaims(self) -> list[dict[str, Any]]:
-        items, _ = await self.kube.list(NODECLAIMS)
-        return items
-
-    async def events(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        response = await self.core.list_namespaced_event(
-            namespace, field_selector=f"involvedObject.name={name}", _preload_content=False
-        )
-        return list((await response.json())["items"])
-
-    def controller(self, **plan: Any) -> Controller:
-        config = ControllerConfig(
-            plan=PlanConfig(
-                trigger=TriggerSettings(namespace=TRIGGERS_NS),
-                default_nodepool="gpu-standard",
-                **plan,
-            ),
-            idle_seconds=0.02,
-            max_delay_seconds=0.2,
-            resync_seconds=0.5,
-        )
-        return Controller(self.kube, config)
-
-
-@pytest.fixture
-async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    tls = write_tls_files(tmp_path / "webhook", ["localhost"], ["127.0.0.1"])
-    async with SimCluster(
-        tmp_path / "cluster", karpenter=FAST, scheduler_resync_seconds=0.1
-    ) as cluster:
-        runner = await webhook_server.start(
-            webhook_server.make_app(),
-            "127.0.0.1",
-            0,
-            webhook_server.ssl_context(str(tls.cert), str(tls.key)),
-        )
-        cfg = await load_configuration(str(cluster.kubeconfig))
-        api = client.ApiClient(configuration=cfg)
-        kube = Kube(client.ApiClient(configuration=cfg))
-        try:
-            for doc in load_manifests(default_examples()):
-                if doc["kind"] != "Pod":
-                    await apply(api, doc)
-            url = f"https://127.0.0.1:{runner.addresses[0][1]}/mutate"
-            await apply(api, webhook_configuration(url, tls.ca_cert.read_bytes()))
-            yield Env(cluster, api, kube)
-            assert cluster.failed_components() == []
-        finally:
-            await kube.close()
-            await api.close()
-            await runner.cleanup()
 
 
 async def create_workloads(env: Env) -> list[dict[str, Any]]:

@@ -1,0 +1,177 @@
+"""Exact scale-up, end to end: what is bought is what is needed, and only for who asked.
+
+Each scenario runs the real webhook and controller against the sim and counts every
+NodeClaim the sim's store ever admitted (`NodeClaimCount`), deleted ones included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from e2e_support import TRIGGERS_NS, Env, NodeClaimCount, eventually
+
+from controller.model import ScaleUpStatus
+from gpu_intent.demo import apply
+from gpu_intent.quantity import parse_quantity
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def kai_pod(
+    name: str,
+    annotations: dict[str, str],
+    *,
+    namespace: str = "ml",
+    cpu: str = "1",
+    node_selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A KAI-Scheduler pod asking for GPU through annotations only."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+        "spec": {
+            "schedulerName": "kai-scheduler",
+            "nodeSelector": node_selector or {},
+            "tolerations": [GPU_TOLERATION],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "example.registry/infer:7",
+                    "resources": {"requests": {"cpu": cpu, "memory": "2Gi"}},
+                }
+            ],
+        },
+    }
+
+
+@pytest.fixture
+async def running(env: Env) -> AsyncIterator[tuple[Env, NodeClaimCount]]:
+    """The controller running and a count of every NodeClaim created from now on."""
+    count = NodeClaimCount(env.cluster)
+    controller = env.controller()
+    task = asyncio.create_task(controller.run())
+    await asyncio.wait_for(controller.ready.wait(), 5)
+    try:
+        yield env, count
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await count.close()
+
+
+async def status_of(env: Env, namespace: str, name: str) -> ScaleUpStatus | None:
+    pod = await env.core.read_namespaced_pod(name, namespace, _preload_content=False)
+    annotations = (await pod.json())["metadata"].get("annotations") or {}
+    return ScaleUpStatus.from_annotation(annotations.get("gpu-intent.io/scale-up"))
+
+
+async def node_of(env: Env, namespace: str, name: str) -> str | None:
+    pod = await env.core.read_namespaced_pod(name, namespace)
+    return pod.spec.node_name  # type: ignore[no-any-return]
+
+
+async def test_a_memory_only_pod_gets_the_cheapest_gpu_with_that_memory(
+    running: tuple[Env, NodeClaimCount],
+) -> None:
+    env, count = running
+    await apply(env.api, kai_pod("mem", {"gpu-memory": "20000"}))
+
+    async def bound() -> str | None:
+        return await node_of(env, "ml", "mem")
+
+    await eventually(bound, 20)
+    await asyncio.sleep(1.0)  # a late extra NodeClaim would show up within Karpenter's window
+    [claim] = count.created.values()
+    labels = claim["metadata"]["labels"]
+    # Cheapest GPU with more than 20000 MiB per GPU among the pool's (t4 16 GB is too small).
+    assert int(labels["karpenter.k8s.aws/instance-gpu-memory"]) > 20000
+    assert labels["karpenter.k8s.aws/instance-gpu-name"] in ("a10g", "l4")
+
+    async def closed() -> bool:
+        status = await status_of(env, "ml", "mem")
+        return status is not None and status.phase == "Scheduled"
+
+    await eventually(closed, 10)
+    status = await status_of(env, "ml", "mem")
+    assert status is not None and status.node_claim == claim["metadata"]["name"]
+
+
+async def test_two_kai_halves_needing_3_cpu_each_fit_the_node_their_trigger_buys(
+    running: tuple[Env, NodeClaimCount],
+) -> None:
+    env, count = running
+    selector = {"nvidia.com/gpu.product": "NVIDIA-L4"}
+    for name in ("half-a", "half-b"):
+        await apply(
+            env.api, kai_pod(name, {"gpu-fraction": "0.5"}, cpu="3", node_selector=selector)
+        )
+
+    async def both_bound() -> bool:
+        return all([await node_of(env, "ml", n) for n in ("half-a", "half-b")])
+
+    await eventually(both_bound, 20)
+    await asyncio.sleep(1.0)
+    [claim] = count.created.values()
+    # The trigger asked for both pods' 6 CPUs, so Karpenter picked a node that holds them
+    # (a g6.xlarge has 4 vCPUs), and both halves share its one L4.
+    assert parse_quantity(claim["status"]["allocatable"]["cpu"], "cpu") >= 6
+    assert claim["metadata"]["labels"]["karpenter.k8s.aws/instance-gpu-name"] == "l4"
+    assert await node_of(env, "ml", "half-a") == await node_of(env, "ml", "half-b")
+
+
+async def test_pods_of_namespaces_that_did_not_opt_in_get_nothing_bought(
+    running: tuple[Env, NodeClaimCount],
+) -> None:
+    env, count = running
+    await apply(env.api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dev"}})
+    hand_written = {
+        "gpu-fraction": "0.5",
+        "gpu-intent.io/intent-version": "v1",
+        "gpu-intent.io/gpus": "8",
+        "gpu-intent.io/model": "a100",
+        "gpu-intent.io/source": "hand:written",
+    }
+    # The GFD selector keeps Karpenter from provisioning for the pod by itself (no
+    # NodePool defines the label), so any NodeClaim would be one gpu-intent caused.
+    gfd = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    await apply(env.api, kai_pod("sneaky", hand_written, namespace="dev", node_selector=gfd))
+
+    async def unschedulable() -> bool:
+        pod = await env.core.read_namespaced_pod("sneaky", "dev")
+        return any(c.reason == "Unschedulable" for c in pod.status.conditions or [])
+
+    await eventually(unschedulable, 10)
+    await asyncio.sleep(2.0)  # several controller passes and a Karpenter batch
+    assert count.created == {}
+    assert await env.pods(TRIGGERS_NS) == []
+    assert await status_of(env, "dev", "sneaky") is None
+
+
+async def test_a_pod_whose_selector_no_node_will_match_is_told_why_and_nothing_is_bought(
+    running: tuple[Env, NodeClaimCount],
+) -> None:
+    env, count = running
+    await apply(
+        env.api,
+        kai_pod(
+            "nowhere",
+            {"gpu-fraction": "0.5"},
+            node_selector={"nvidia.com/gpu.product": "NVIDIA-L4", "example.com/nowhere": "yes"},
+        ),
+    )
+
+    async def told() -> ScaleUpStatus | None:
+        status = await status_of(env, "ml", "nowhere")
+        return status if status is not None and status.phase == "Unresolvable" else None
+
+    status = await eventually(told, 10)
+    assert "example.com/nowhere=yes" in status.message
+    await asyncio.sleep(1.5)
+    assert count.created == {}
+    assert await env.pods(TRIGGERS_NS) == []
+    reasons = [e["reason"] for e in await env.events("ml", "nowhere")]
+    assert "NoNodePool" in reasons
