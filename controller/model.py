@@ -347,6 +347,72 @@ def parse_requirements(raw: object) -> tuple[Requirement, ...]:
     return tuple(out)
 
 
+def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a pod the controller reads, and nothing else: what the pending-pod
+    cache keeps, so 10,000 cached pods cost a few MiB, not the full objects (volumes,
+    env, managedFields...). Every parse function of this module reads a slim pod as it
+    reads the full one. Pure."""
+    meta = _meta(obj)
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    annotations = meta.get("annotations") or {}
+    slim_meta: dict[str, Any] = {
+        k: meta[k]
+        for k in (
+            "name",
+            "namespace",
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "labels",
+        )
+        if k in meta
+    }
+    slim_meta["annotations"] = {
+        k: v for k, v in annotations.items() if str(k).startswith(f"{DOMAIN}/")
+    }
+    owners = [
+        {"kind": o.get("kind")} for o in meta.get("ownerReferences") or [] if isinstance(o, Mapping)
+    ]
+    if owners:
+        slim_meta["ownerReferences"] = owners
+
+    def container(c: Mapping[str, Any]) -> dict[str, Any]:
+        return {"resources": c.get("resources") or {}}
+
+    slim_spec: dict[str, Any] = {
+        "containers": [
+            container(c) for c in spec.get("containers") or [] if isinstance(c, Mapping)
+        ],
+    }
+    for key in ("nodeName", "nodeSelector", "overhead", "schedulerName"):
+        if spec.get(key):
+            slim_spec[key] = spec[key]
+    if spec.get("initContainers"):
+        slim_spec["initContainers"] = [
+            container(c) for c in spec["initContainers"] if isinstance(c, Mapping)
+        ]
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if required:
+        slim_spec["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
+        }
+    slim_status: dict[str, Any] = {
+        k: status[k] for k in ("phase", "nominatedNodeName") if status.get(k)
+    }
+    conditions = [
+        c
+        for c in status.get("conditions") or []
+        if isinstance(c, Mapping) and c.get("type") == "PodScheduled"
+    ]
+    if conditions:
+        slim_status["conditions"] = conditions
+    return {"metadata": slim_meta, "spec": slim_spec, "status": slim_status}
+
+
 def parse_pending_pod(
     obj: Mapping[str, Any], nodepool_keys: set[str]
 ) -> PendingPod | InvalidPod | None:

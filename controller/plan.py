@@ -34,6 +34,7 @@ first (creates, deletes), statuses after.
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -441,7 +442,11 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
         if change is not None:
             statuses.append(change)
 
-    for pod in sorted(snapshot.pods, key=lambda p: p.ref):
+    # Pods of one workload share their pool choice and constraints: decide each once.
+    pools_for: dict[tuple[str | None, str | None, int | None], tuple[NodePoolInfo | None, str]]
+    pools_for = {}
+    unmet_for: dict[tuple[str, object, object], str | bool | None] = {}
+    for pod in snapshot.pods:  # order-free: packing sorts what it packs
         if isinstance(pod, InvalidPod):
             message = f"ignoring this pod: its gpu-intent annotations do not parse: {pod.error}"
             tell(
@@ -460,9 +465,16 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
             continue
         if _covered(pod, claims, snapshot.covers, now, config.cover_seconds):
             continue
-        pool, why = resolve_pool(pod, snapshot.nodepools, config)
-        if pool is not None and (unmet := unmet_constraint(pod, pool)) is not None:
-            pool, why = None, f"no node Karpenter can make will run this pod: {unmet}"
+        where = (pod.intent.pool, pod.intent.model, pod.intent.gpu_memory_mib)
+        if (resolved := pools_for.get(where)) is None:
+            resolved = pools_for[where] = resolve_pool(pod, snapshot.nodepools, config)
+        pool, why = resolved
+        if pool is not None:
+            constraints = (pool.name, pod.node_selector, pod.affinity_terms)
+            if (unmet := unmet_for.get(constraints, False)) is False:
+                unmet = unmet_for[constraints] = unmet_constraint(pod, pool)
+            if unmet is not None:
+                pool, why = None, f"no node Karpenter can make will run this pod: {unmet}"
         if pool is None:
             tell(
                 pod,
@@ -515,12 +527,11 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
             by_group.get(key, []),
             key=lambda t: (-_progress(claim_of[t.ref]), t.created or datetime.min, t.ref),
         )
-        spare = {t.ref: t.gpus for t in supply}
+        capacity = _Capacity(supply)
         served: dict[PodRef, list[_Bin]] = defaultdict(list)
         for bin_ in sorted(pack(pods), key=lambda b: (-b.size, b.pods[0].ref)):
-            holder = next((t for t in supply if spare[t.ref] >= bin_.size), None)
+            holder = capacity.take(bin_.size)
             if holder is not None:
-                spare[holder.ref] -= bin_.size
                 served[holder.ref].append(bin_)
                 continue
             if budget <= 0:
@@ -559,6 +570,32 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
     return Plan(link_actions, tuple(statuses), tuple(deletes), tuple(creates), demand, marks)
 
 
+class _Capacity:
+    """Spare GPUs of a group's triggers, handed out in priority order: `take` gives the
+    first trigger (in ``supply`` order) with at least that many spare GPUs. Triggers are
+    bucketed by spare GPUs (a few distinct values), so each take costs O(distinct spare
+    sizes x log triggers) instead of a scan of every trigger."""
+
+    def __init__(self, supply: Sequence[TriggerInfo]) -> None:
+        self._supply = supply
+        self._buckets: dict[int, list[int]] = defaultdict(list)  # spare -> heap of indices
+        for index, trigger in enumerate(supply):
+            self._buckets[trigger.gpus].append(index)  # indices ascend: already heaps
+
+    def take(self, gpus: int) -> TriggerInfo | None:
+        best: tuple[int, int] | None = None  # (index, spare)
+        for spare, heap in self._buckets.items():
+            if spare >= gpus and heap and (best is None or heap[0] < best[0]):
+                best = (heap[0], spare)
+        if best is None:
+            return None
+        index, spare = best
+        heapq.heappop(self._buckets[spare])
+        if spare > gpus:
+            heapq.heappush(self._buckets[spare - gpus], index)
+        return self._supply[index]
+
+
 def _tell_progress(
     trigger: TriggerInfo,
     claim: NodeClaimInfo | None,
@@ -572,6 +609,14 @@ def _tell_progress(
     """Statuses for the pods ``trigger`` stands for, by its NodeClaim's progress; a Ready
     NodeClaim also removes the trigger (its pods are covered by the executor)."""
     name = str(trigger.ref)
+    if claim is not None and not claim.ready:
+        told = (PROVISIONING, name, claim.name, None)
+        if all(
+            p.status is not None
+            and (p.status.phase, p.status.trigger, p.status.node_claim, p.status.node) == told
+            for p in pods
+        ):
+            return  # every pod already knows (the steady case): no message to build
     used = sum((b.used for b in bins), Decimal(0))
     if claim is not None and claim.ready:
         node = claim.node_name or "(unknown)"

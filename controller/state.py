@@ -12,10 +12,10 @@ it again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from controller.model import (
     InvalidPod,
@@ -28,6 +28,7 @@ from controller.model import (
     parse_nomination,
     parse_pending_pod,
     parse_trigger,
+    slim_pod,
 )
 from controller.plan import Snapshot
 from gpu_intent.intent import ANNOTATION_SCALE_UP, INJECT_LABEL, INJECT_VALUE, is_trigger
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 Key = tuple[str, str]
+Parsed = TypeVar("Parsed")
 
 #: Cache kinds, one per informer.
 PENDING_PODS = "pending-pods"
@@ -92,27 +94,41 @@ class ClusterState:
         self._covers: dict[Key, tuple[str, datetime]] = {}
         #: Pods in namespaces that did not opt in, already logged once.
         self._ignored: set[Key] = set()
+        #: Parsed values by kind and key: (resourceVersion, generation, value).
+        self._parsed: dict[str, dict[Key, tuple[str, int, Any]]] = {kind: {} for kind in KINDS}
+        self._generation = 0
+        self._pool_keys: set[str] = set()
+
+    @staticmethod
+    def _kept(kind: str, obj: Obj) -> Obj:
+        """What the cache keeps of ``obj``: pending pods are slimmed (`slim_pod`)."""
+        return slim_pod(obj) if kind == PENDING_PODS else obj
 
     def replace(self, kind: str, items: Iterable[Obj]) -> None:
         """A (re)list: the cache for ``kind`` becomes exactly ``items``. A relist is
         newer than every write we made before it, so expectations are dropped. Pending
         pods that vanished in the relist left the pending set as if a DELETED had come
         (client-go's DeltaFIFO ``Replace`` emits those deletes too)."""
-        fresh = {key_of(obj): obj for obj in items}
+        fresh = {key_of(obj): self._kept(kind, obj) for obj in items}
         if kind == PENDING_PODS:
             for key, obj in self._objects[kind].items():
                 if key not in fresh:
                     self._note_left(key, obj)
         self._objects[kind] = fresh
         self._expected[kind].clear()
+        parsed = self._parsed[kind]
+        for key in [k for k in parsed if k not in fresh]:
+            del parsed[key]
 
     def apply(self, kind: str, event_type: str, obj: Obj) -> None:
         """One watch event (ADDED, MODIFIED, DELETED)."""
         key = key_of(obj)
+        obj = self._kept(kind, obj)
         expected = self._expected[kind].get(key)
         if event_type == "DELETED":
             self._objects[kind].pop(key, None)
             self._expected[kind].pop(key, None)
+            self._parsed[kind].pop(key, None)
             if kind == PENDING_PODS:
                 self._note_left(key, obj)
             return
@@ -165,26 +181,46 @@ class ClusterState:
     def expect(self, kind: str, obj: Obj) -> None:
         """We wrote ``obj`` (as the API returned it): see it until the watch does."""
         deadline = self._monotonic() + self._expectation_seconds
-        self._expected[kind][key_of(obj)] = _Expectation(obj, _rv(obj), deadline)
+        self._expected[kind][key_of(obj)] = _Expectation(self._kept(kind, obj), _rv(obj), deadline)
 
     def expect_deleted(self, kind: str, key: Key) -> None:
         """We deleted ``key``: treat it as gone until the watch says so."""
         deadline = self._monotonic() + self._expectation_seconds
         self._expected[kind][key] = _Expectation(None, "", deadline)
 
-    def objects(self, kind: str) -> list[Obj]:
-        """The cache for ``kind`` with expectations applied, sorted by key."""
+    def _view(self, kind: str) -> Mapping[Key, Obj]:
+        """The cache for ``kind`` with expectations applied (no copy when none apply)."""
+        expectations = self._expected[kind]
+        if not expectations:
+            return self._objects[kind]
         now = self._monotonic()
         view = dict(self._objects[kind])
-        for key, expected in list(self._expected[kind].items()):
+        for key, expected in list(expectations.items()):
             if expected.deadline < now:
                 log.debug("expectation for %s %s/%s expired", kind, *key)
-                del self._expected[kind][key]
+                del expectations[key]
             elif expected.obj is None:
                 view.pop(key, None)
             else:
                 view[key] = expected.obj
+        return view
+
+    def objects(self, kind: str) -> list[Obj]:
+        """The cache for ``kind`` with expectations applied, sorted by key."""
+        view = self._view(kind)
         return [view[k] for k in sorted(view)]
+
+    def _parse(self, kind: str, key: Key, obj: Obj, parse: Callable[[Obj], Parsed]) -> Parsed:
+        """``parse(obj)``, remembered per object and resourceVersion: a pass re-parses only
+        what changed since the last one (and everything when `_generation` moves). An
+        object without a resourceVersion (never from the API) is parsed every time."""
+        rv = _rv(obj)
+        cached = self._parsed[kind].get(key)
+        if rv and cached is not None and cached[0] == rv and cached[1] == self._generation:
+            return cast(Parsed, cached[2])
+        value = parse(obj)
+        self._parsed[kind][key] = (rv, self._generation, value)
+        return value
 
     def pending_expectations(self) -> int:
         return sum(len(e) for e in self._expected.values())
@@ -192,34 +228,50 @@ class ClusterState:
     def snapshot(self, now: datetime) -> Snapshot:
         """Parse the cache into the planner's input (pure apart from the clock read for
         expectation expiry)."""
-        nodepools = {p.name: p for p in map(parse_nodepool, self.objects(NODEPOOLS))}
-        nodeclaims = {c.name: c for c in map(parse_nodeclaim, self.objects(NODECLAIMS))}
+        nodepools = {
+            p.name: p
+            for key, obj in self._view(NODEPOOLS).items()
+            if (p := self._parse(NODEPOOLS, key, obj, parse_nodepool))
+        }
+        nodeclaims = {
+            c.name: c
+            for key, obj in self._view(NODECLAIMS).items()
+            if (c := self._parse(NODECLAIMS, key, obj, parse_nodeclaim))
+        }
         pool_keys: set[str] = set()
         for pool in nodepools.values():
             pool_keys |= pool.label_keys()
-        opted_in = {key_of(obj)[1] for obj in self.objects(NAMESPACES)}
-        pods: list[PendingPod | InvalidPod] = []
-        for obj in self.objects(PENDING_PODS):
+        if pool_keys != self._pool_keys:
+            # What a pod's parse depends on changed: re-parse every pod once.
+            self._pool_keys = pool_keys
+            self._generation += 1
+        opted_in = {key[1] for key in self._view(NAMESPACES)}
+
+        def pending(obj: Obj) -> PendingPod | InvalidPod | None:
             if is_trigger((obj.get("metadata") or {}).get("labels")):
-                continue
-            parsed = parse_pending_pod(obj, pool_keys)
+                return None
+            return parse_pending_pod(obj, pool_keys)
+
+        pods: list[PendingPod | InvalidPod] = []
+        for key, obj in self._view(PENDING_PODS).items():
+            parsed = self._parse(PENDING_PODS, key, obj, pending)
             if parsed is None:
                 continue
-            if parsed.ref.namespace not in opted_in:
-                self._log_ignored(parsed.ref.namespace, parsed.ref.name)
+            if key[0] not in opted_in:
+                self._log_ignored(*key)
                 continue
             pods.append(parsed)
         nominations: dict[Key, Nomination] = {}
-        for event in self.objects(NOMINATIONS):
-            nomination = parse_nomination(event)
+        for key, event in self._view(NOMINATIONS).items():
+            nomination = self._parse(NOMINATIONS, key, event, parse_nomination)
             if nomination is None:
                 continue
             known = nominations.get(nomination.pod)
             if known is None or (nomination.seen or now) >= (known.seen or now):
                 nominations[nomination.pod] = nomination
         triggers = []
-        for obj in self.objects(TRIGGERS):
-            trigger = parse_trigger(obj)
+        for key, obj in self._view(TRIGGERS).items():
+            trigger = self._parse(TRIGGERS, key, obj, parse_trigger)
             if trigger is None:
                 log.warning(
                     "pod %s/%s has trigger labels but no trigger annotations; leaving it alone",

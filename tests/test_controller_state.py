@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from controller_fixtures import gpu_pod, nodepool
 
-from controller import karpenter
+from controller import karpenter, model
+from controller import state as state_module
 from controller.state import NAMESPACES, NODEPOOLS, PENDING_PODS, TRIGGERS, ClusterState
 
 
@@ -158,3 +161,52 @@ def test_a_pod_bound_while_being_scaled_up_for_is_remembered_until_told() -> Non
     assert [(p.ref.name, p.node) for p in snap.scheduled] == [("a", "n1")]
     state.forget_scheduled(("ml", "a"))
     assert state.snapshot(datetime(2026, 11, 21, tzinfo=UTC)).scheduled == []
+
+
+def test_the_cache_keeps_slim_pods_that_parse_as_the_full_ones() -> None:
+    full = gpu_pod("a", "0.5", model="l4", node_selector={"nvidia.com/gpu.product": "NVIDIA-L4"})
+    full["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = "x" * 5000
+    full["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "name": "rs", "uid": "u"}]
+    full["spec"]["volumes"] = [{"name": "v", "emptyDir": {}}]
+    full["spec"]["containers"][0]["env"] = [{"name": "E", "value": "y" * 1000}]
+    full["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "3", "memory": "1Gi"}}
+    slim = model.slim_pod(full)
+    assert len(json.dumps(slim)) < len(json.dumps(full)) / 5
+    keys = {"karpenter.k8s.aws/instance-gpu-name"}
+    assert model.parse_pending_pod(slim, keys) == model.parse_pending_pod(full, keys)
+
+
+def test_a_pass_reparses_only_changed_pods_and_all_when_nodepools_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+    real = state_module.parse_pending_pod
+
+    def counting(obj: dict[str, Any], keys: set[str]) -> Any:
+        calls.append(obj["metadata"]["name"])
+        return real(obj, keys)
+
+    monkeypatch.setattr(state_module, "parse_pending_pod", counting)
+    state = ClusterState(Clock())
+    state.replace(NODEPOOLS, [nodepool("gpu", models=["l4"])])
+    state.replace(NAMESPACES, [opted_in("ml")])
+    state.replace(PENDING_PODS, [gpu_pod(n, "1", model="l4") for n in ("a", "b", "c")])
+    now = datetime(2026, 11, 21, tzinfo=UTC)
+    state.snapshot(now)
+    assert sorted(calls) == ["a", "b", "c"]
+    calls.clear()
+    state.snapshot(now)
+    assert calls == []
+    changed = gpu_pod("b", "0.5", model="l4")
+    changed["metadata"]["resourceVersion"] = "2"
+    state.apply(PENDING_PODS, "MODIFIED", changed)
+    assert [p.intent.gpus for p in state.snapshot(now).pods if p.ref.name == "b"] == [
+        Decimal("0.5")
+    ]
+    assert calls == ["b"]
+    calls.clear()
+    pool = nodepool("gpu", models=["l4"])
+    pool["spec"]["template"]["metadata"] = {"labels": {"team": "ml"}}
+    state.replace(NODEPOOLS, [pool])
+    state.snapshot(now)
+    assert sorted(calls) == ["a", "b", "c"]
