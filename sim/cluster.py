@@ -2,8 +2,8 @@
 
 One object starts, on loopback, everything a GPU cluster with Karpenter has that
 gpu-intent interacts with: the API server over HTTPS (with mutating admission and the
-Karpenter CRDs' validation), a scheduler modelling kube-scheduler and the GPU-sharing
-layers' schedulers, a kubelet, and Karpenter. Clients reach it only through its
+Karpenter CRDs' validation), kube-scheduler and the GPU-sharing layers' schedulers (each
+its own loop), a kubelet, and Karpenter. Clients reach it only through its
 kubeconfig, exactly as they would a real cluster.
 
 Usage::
@@ -35,14 +35,15 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
 class SimCluster:
-    """An API server, scheduler, kubelet and Karpenter simulator sharing one `Store`.
+    """An API server, schedulers, kubelet and Karpenter simulator sharing one `Store`.
 
     Args:
         workdir: where the kubeconfig (``kubeconfig``) is written; must be writable.
         karpenter: Karpenter's batching windows and the NodeClaim lifecycle delays
             (seconds).
         karpenter_enabled: False leaves NodeClaims to the caller (tests of the API alone).
-        scheduler_resync_seconds: how often the scheduler retries without a change.
+        scheduler_resync_seconds: how often each scheduler (kube-scheduler, HAMi's, KAI's,
+            tensor-fusion's; one task each) retries without a change.
         bookmark_seconds: how often idle watches get a BOOKMARK (kube-apiserver sends
             them about once a minute).
     """
@@ -85,7 +86,10 @@ class SimCluster:
             self.store.create(NAMESPACES, {"metadata": {"name": name}})
         self.url = await self.api.start()
         self.api.write_kubeconfig(self.kubeconfig)
-        components = [("scheduler", self.scheduler.run()), ("kubelet", self.kubelet.run())]
+        # One task per scheduler, as kube-scheduler and the sharing layers' schedulers are
+        # separate processes: each has its own timer and view (see sim.scheduler).
+        components = [(f"scheduler/{n}", loop) for n, loop in self.scheduler.loops().items()]
+        components.append(("kubelet", self.kubelet.run()))
         if self.karpenter is not None:
             components.append(("karpenter", self.karpenter.run()))
         for name, coro in components:

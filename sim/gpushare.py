@@ -329,11 +329,20 @@ def parse_assignment(text: str) -> Assignment:
     return tuple(out)
 
 
-def usage(pods_on_node: Iterable[Mapping[str, Any]], devices: Sequence[Device] = ()) -> list[float]:
+def usage(
+    pods_on_node: Iterable[Mapping[str, Any]],
+    devices: Sequence[Device] = (),
+    *,
+    hami_node: bool = False,
+) -> list[float]:
     """Share used on each device (index -> 0.0..1.0) by the pods bound to a node.
 
     Pods carrying `DEVICES_ANNOTATION` count as recorded; bound pods without it (created
-    with ``spec.nodeName``) are placed by first fit on ``devices`` in the order given.
+    with ``spec.nodeName``) are placed by first fit on ``devices`` in the order given,
+    except, on a node running HAMi's device plugin (``hami_node``), pods of no sharing
+    layer: HAMi counts only the pods it allocated devices to (its
+    ``hami.io/vgpu-devices-allocated`` annotation), and kube-scheduler gives a plain
+    ``nvidia.com/gpu`` pod there one of the split slots, not a device.
     Terminal pods (Succeeded/Failed) hold nothing. The list has at least
     ``len(devices)`` entries.
     """
@@ -355,7 +364,7 @@ def usage(pods_on_node: Iterable[Mapping[str, Any]], devices: Sequence[Device] =
             wanted = demand(pod)
         except ValueError:
             continue
-        if wanted is None:
+        if wanted is None or (hami_node and wanted.layer == "whole"):
             continue
         placed = place(wanted, devices, used)
         if not isinstance(placed, NoFit):

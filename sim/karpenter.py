@@ -340,7 +340,8 @@ class _Solver:
                 and ex.requirements.compatible(reqs) is None
             ):
                 ex.pods.append(pod)
-                ex.remaining = _merge(ex.remaining, {k: -v for k, v in requests.items()})
+                # ExistingNode.Add: resources.Subtract, over the node's resources only.
+                ex.remaining = lifecycle.subtract(ex.remaining, requests)
                 ex.requirements = ex.requirements.add(reqs)
                 return None
         self.new.sort(key=lambda n: len(n.pods))  # addToInflightNode: fewest pods first

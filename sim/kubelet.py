@@ -2,7 +2,18 @@
 
 `SimKubelet` re-scans the store on every change and on its own timers:
 
-- a pod bound to an existing node whose ``Ready`` condition is ``True`` becomes
+- a pod bound to an existing node whose ``Ready`` condition is ``True`` is first
+  *admitted* (kubelet ``pkg/kubelet/lifecycle/predicate.go`` ``Admit``): its requests
+  must fit the node's ``allocatable`` beside the pods already admitted there (Running,
+  or admitted earlier; new pods oldest first, as ``HandlePodAdditions`` sorts them by
+  creationTimestamp), the pod count included, extended resources the
+  node does not list ignored (``removeMissingExtendedResources``: HAMi's
+  ``nvidia.com/gpumem``). A pod that does not fit, e.g. one of two pods that racing
+  schedulers both bound to the node's last GPU, is rejected (``rejectPod``): phase
+  ``Failed``, reason ``OutOf<resource>`` (``OutOfcpu``, ``OutOfnvidia.com/gpu``, ...),
+  message ``Pod was rejected: Node didn't have enough resource: <resource>, requested:
+  <n>, used: <n>, capacity: <n>`` (cpu in millicores), and a Warning event with that
+  reason. An admitted pod becomes
   ``Running`` ``start_seconds`` after the kubelet first sees it so: conditions
   ``PodReadyToStartContainers``, ``Initialized``, ``ContainersReady`` and ``Ready`` True
   (``PodScheduled`` kept), ``hostIP`` (the node's InternalIP), ``podIP``, ``startTime``
@@ -26,9 +37,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
-from sim.scheduling import is_bound, is_terminal, is_terminating
+from gpu_intent.quantity import parse_quantity
+from sim.events import EventRecorder
+from sim.scheduling import is_bound, is_terminal, is_terminating, pod_requests
 from sim.store import NODES, PODS, ApiError, NotFound, Obj, Store, rfc3339
 
 __all__ = ["SimKubelet"]
@@ -64,6 +78,39 @@ def _grace_seconds(pod: Mapping[str, Any]) -> float:
         return max(float(grace), 0.0)
     except (TypeError, ValueError):
         return float(_DEFAULT_GRACE_SECONDS)
+
+
+_FIRST_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+
+def _allocatable(node: Mapping[str, Any]) -> dict[str, Decimal]:
+    out: dict[str, Decimal] = {}
+    for key, value in ((node.get("status") or {}).get("allocatable") or {}).items():
+        with contextlib.suppress(ValueError):
+            out[key] = parse_quantity(value, key)
+    return out
+
+
+def _insufficient(
+    requests: Mapping[str, Decimal], used: Mapping[str, Decimal], allocatable: Mapping[str, Decimal]
+) -> tuple[str, str] | None:
+    """The kubelet's admission fit (``noderesources.Fits`` on the admitted pods): the
+    first resource short, as ``(reason, message)``, or None. Checked in
+    ``fitsRequest`` order: pod count, cpu, memory, ephemeral-storage, then extended
+    resources; a resource the node does not list is not checked."""
+    others = sorted(k for k in requests if k not in _FIRST_RESOURCES and k != "pods")
+    for key in ("pods", *_FIRST_RESOURCES, *others):
+        wanted = requests.get(key, Decimal(0))
+        if key not in allocatable or wanted <= 0:
+            continue
+        capacity, taken = allocatable[key], used.get(key, Decimal(0))
+        if wanted + taken <= capacity:
+            continue
+        scale = 1000 if key == "cpu" else 1
+        numbers = (int(x * scale) for x in (wanted, taken, capacity))
+        message = "Node didn't have enough resource: {}, requested: {}, used: {}, capacity: {}"
+        return f"OutOf{key}", message.format(key, *numbers)
+    return None
 
 
 def _ref(pod: Mapping[str, Any]) -> str:
@@ -149,7 +196,9 @@ class SimKubelet:
         self._monotonic = monotonic
         self._starting: dict[str, float] = {}
         self._stopping: dict[str, float] = {}
+        self._admitted: set[str] = set()
         self._next_ip = 0
+        self._recorder = EventRecorder(store, "kubelet", monotonic=monotonic)
 
     async def run(self) -> None:
         """Sync on every store change and when a timer is due, until cancelled."""
@@ -162,6 +211,8 @@ class SimKubelet:
         nodes = {n["metadata"]["name"]: n for n in self._store.iter_objects(NODES)}
         seen: set[str] = set()
         due: list[float] = []
+        used = self._admitted_usage(pods)
+        pods = sorted(pods, key=lambda p: str(p["metadata"].get("creationTimestamp", "")))
         for pod in pods:
             if not is_bound(pod):
                 continue
@@ -184,6 +235,8 @@ class SimKubelet:
                 if not _node_ready(node):
                     self._starting.pop(uid, None)
                     continue
+                if uid not in self._admitted and not self._admit(pod, node, used):
+                    continue
                 deadline = self._starting.setdefault(uid, now + self._start)
                 if now >= deadline:
                     self._starting.pop(uid, None)
@@ -192,7 +245,56 @@ class SimKubelet:
                     due.append(deadline)
         self._starting = {u: t for u, t in self._starting.items() if u in seen}
         self._stopping = {u: t for u, t in self._stopping.items() if u in seen}
+        self._admitted &= seen
         return max(min(due) - now, 0.0) if due else None
+
+    def _admitted_usage(self, pods: list[Obj]) -> dict[str, dict[str, Decimal]]:
+        """Node name -> summed requests of its admitted pods (Running, or admitted by
+        this kubelet), terminal ones excluded."""
+        used: dict[str, dict[str, Decimal]] = {}
+        for pod in pods:
+            if not is_bound(pod) or is_terminal(pod):
+                continue
+            running = (pod.get("status") or {}).get("phase") == "Running"
+            if running or pod["metadata"]["uid"] in self._admitted:
+                with contextlib.suppress(ValueError):
+                    total = used.setdefault(pod["spec"]["nodeName"], {})
+                    for key, value in pod_requests(pod).items():
+                        total[key] = total.get(key, Decimal(0)) + value
+        return used
+
+    def _admit(
+        self, pod: Obj, node: Mapping[str, Any], used: dict[str, dict[str, Decimal]]
+    ) -> bool:
+        """Admit ``pod`` to ``node`` (adding its requests to ``used``) or reject it."""
+        try:
+            requests = pod_requests(pod)
+        except ValueError:
+            requests = {"pods": Decimal(1)}
+        total = used.setdefault(node["metadata"]["name"], {})
+        short = _insufficient(requests, total, _allocatable(node))
+        if short is None:
+            self._admitted.add(pod["metadata"]["uid"])
+            for key, value in requests.items():
+                total[key] = total.get(key, Decimal(0)) + value
+            return True
+        reason, message = short
+        meta = pod["metadata"]
+
+        def reject(obj: Obj) -> None:
+            status = obj.setdefault("status", {})
+            status.update(phase="Failed", reason=reason, message=f"Pod was rejected: {message}")
+
+        try:
+            rejected = self._store.mutate(
+                PODS, meta["namespace"], meta["name"], reject, subresource="status"
+            )
+        except ApiError as e:
+            log.warning("rejecting %s failed: %s", _ref(pod), e.message)
+            return False
+        log.info("rejected %s on %s: %s", _ref(pod), node["metadata"]["name"], message)
+        self._recorder.record(rejected, "Warning", reason, message)
+        return False
 
     def _remove(self, pod: Mapping[str, Any]) -> None:
         meta = pod["metadata"]

@@ -17,7 +17,8 @@ Sources (kubernetes-sigs/karpenter v1 unless noted):
   ``termination`` (Node deleted, finalizer removed). The instance details follow the AWS
   provider (``pkg/cloudprovider/cloudprovider.go``, ``pkg/providers/instance``).
 
-The sim also plays the kubelet, device plugin and GPU Feature Discovery of each new node.
+The sim also plays the kubelet, device plugin (HAMi's on nodes its DaemonSet selects, see
+`sim.hami`; NVIDIA's elsewhere) and GPU Feature Discovery of each new node.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any, Final
 
 from gpu_intent.intent import IntentError
 from gpu_intent.quantity import parse_quantity
+from sim import hami
 from sim.catalog import CAPACITY_TYPES, ZONES, InstanceType, format_resources
 from sim.requirements import NODEPOOL_LABEL, from_node_selector
 from sim.scheduling import is_terminal, pod_requests
@@ -62,6 +64,7 @@ __all__ = [
     "nodepool_ready_status",
     "parse_resources",
     "set_condition",
+    "subtract",
     "utc_now",
 ]
 
@@ -101,7 +104,7 @@ class ExistingNode:
     """One ``StateNode`` as the scheduler sees it: a Node, a NodeClaim not yet joined, or
     both. ``name`` is the node's, else the NodeClaim's; resources in base units (cores,
     bytes, counts); ``available`` is allocatable less the requests of non-terminal pods
-    bound to the node."""
+    bound to the node, over the allocatable's resources only."""
 
     name: str
     labels: Mapping[str, str]
@@ -122,6 +125,11 @@ def parse_resources(resources: Obj | None) -> dict[str, Decimal]:
         except IntentError:
             log.debug("ignoring unparsable quantity %s=%r", name, value)
     return out
+
+
+def subtract(lhs: Mapping[str, Decimal], rhs: Mapping[str, Decimal]) -> dict[str, Decimal]:
+    """``resources.Subtract``: ``lhs`` less ``rhs``, over ``lhs``'s keys only."""
+    return {k: v - rhs.get(k, Decimal(0)) for k, v in lhs.items()}
 
 
 def condition_true(obj: Obj, type_: str) -> bool:
@@ -217,9 +225,10 @@ def _state_node(
         capacity = _fill(node_status.get("capacity"), claim_status.get("capacity"))
     capacity["nodes"] = Decimal(1)
     name = node["metadata"]["name"] if node else str((claim or {})["metadata"]["name"])
-    available = dict(allocatable)
-    for k, v in used.get(name, {}).items():
-        available[k] = available.get(k, Decimal(0)) - v
+    # StateNode.Available: resources.Subtract(allocatable, pod requests), which keeps only
+    # the allocatable's keys: a request the node does not list (HAMi's nvidia.com/gpumem)
+    # does not make it negative.
+    available = subtract(allocatable, used.get(name, {}))
     return ExistingNode(
         name,
         labels,
@@ -682,7 +691,12 @@ class Lifecycle:
     def _initialize(self, claim: Obj) -> bool:
         """The device plugin and GFD come up: the Node gains ``nvidia.com/gpu``, the GFD
         labels and ``karpenter.sh/initialized``, loses its startup taints and turns Ready
-        (``initialization.go`` waits for exactly that); then Initialized and Ready True."""
+        (``initialization.go`` waits for exactly that); then Initialized and Ready True.
+
+        The device plugin is HAMi's on a node its DaemonSet selects (`sim.hami`: labels
+        ``gpu: "on"``, e.g. from the NodePool template), advertising GPUs x 10
+        ``nvidia.com/gpu``; NVIDIA's elsewhere, one per GPU. The NodeClaim keeps the
+        instance type's estimate (one per GPU), as Karpenter's launch computes it."""
         spec, status = claim.get("spec") or {}, claim.get("status") or {}
         node_name = str(status.get("nodeName", ""))
         if not self._node_exists(node_name):
@@ -711,12 +725,18 @@ class Lifecycle:
 
         def node_status(node: dict[str, Any]) -> None:
             st = node.setdefault("status", {})
+            labels = node["metadata"].get("labels") or {}
             for key in ("capacity", "allocatable"):
-                if "nvidia.com/gpu" in (status.get(key) or {}):
-                    st.setdefault(key, {})["nvidia.com/gpu"] = status[key]["nvidia.com/gpu"]
+                estimate = (status.get(key) or {}).get("nvidia.com/gpu")
+                if estimate is not None:
+                    count = estimate
+                    if it is not None and it.gpu_count:
+                        count = str(hami.advertised_gpus(it.gpu_count, labels))
+                    st.setdefault(key, {})["nvidia.com/gpu"] = count
             others = [c for c in st.get("conditions") or () if c.get("type") != "Ready"]
             st["conditions"] = [*others, _ready_condition(True, stamp)]
 
+        # Labels first: the device plugin that node_status plays depends on them.
         self._store.mutate(NODES, None, node_name, node_meta)
         self._store.mutate(NODES, None, node_name, node_status, subresource="status")
         self._set_status(claim, {}, "Initialized")

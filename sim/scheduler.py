@@ -1,7 +1,8 @@
 """The sim's scheduler: kube-scheduler plus the GPU sharing layers' device placement.
 
-`SimScheduler` re-scans the store on every change (and every ``resync_seconds``) and
-tries to place each pending pod whose ``spec.schedulerName`` it serves. Per node it runs,
+`SimScheduler` re-scans the store on every change (and every ``resync_seconds``), in one
+loop per scheduler name (see below), and tries to place each pending pod whose
+``spec.schedulerName`` that loop serves. Per node it runs,
 in kube-scheduler's default filter order (kubernetes ``pkg/scheduler/apis/config/v1``
 default plugins), stopping at the first failure:
 
@@ -35,20 +36,48 @@ found for incoming pod, 1 Preemption is not helpful for scheduling..`` (the doub
 is real: the inner FitError ends with one and the separator adds another).
 
 The scheduler never preempts and never sets ``status.nominatedNodeName``.
+
+Each scheduler name is its own loop (`SimScheduler.run_loop`, one asyncio task each in
+`sim.cluster.SimCluster`), as kube-scheduler, hami-scheduler, kai-scheduler and
+tensor-fusion's scheduler are separate processes in a cluster: each has its own resync
+timer, and each pass works from the view it took at its start (plus its own binds, as
+kube-scheduler's cache assumes a pod on its node before the bind lands), yielding to the
+other loops after taking the view and after every pod. So no scheduler wins every tie,
+and two of them can bind pods to the same node from views that predate each other's
+binds: they may **double-book** a node's ``nvidia.com/gpu`` or a device's share, as real
+schedulers sharing nodes can (the kubelet's admission then rejects the younger pod with
+``OutOfnvidia.com/gpu``, see `sim.kubelet`; an over-shared device is not caught).
+Binding follows the pods/binding subresource (``BindingREST`` in kubernetes
+``pkg/registry/core/pod/storage``): binding a pod that is already bound, or being
+deleted, fails with a Conflict.
+
+Sharing layers, beyond `gpushare`:
+
+- HAMi (`sim.hami`): on a node running HAMi's device plugin, ``nvidia.com/gpu`` counts
+  split slots (GPUs x 10), so kube-scheduler fits a plain ``nvidia.com/gpu`` pod by that
+  count alone and assigns it no physical device; HAMi's scheduler places its pods by the
+  physical devices' memory and cores.
+- KAI (`sim.kai`): binding a fractional pod first makes sure a reservation pod holds its
+  GPU (one per shared GPU, in ``kai-resource-reservation``), and the kai-scheduler loop
+  deletes reservation pods whose GPU group has no live pod left, as KAI's binder does.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+import random
+import uuid
+from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from gpu_intent.quantity import parse_quantity
-from sim import gpushare
+from sim import gpushare, hami, kai
 from sim.events import EventRecorder
 from sim.scheduling import (
     fit_error_message,
@@ -61,7 +90,18 @@ from sim.scheduling import (
     tolerates,
     untolerated_taint,
 )
-from sim.store import NODES, PODS, ApiError, Obj, Store, rfc3339
+from sim.store import (
+    NAMESPACES,
+    NODES,
+    PODS,
+    AlreadyExists,
+    ApiError,
+    Conflict,
+    NotFound,
+    Obj,
+    Store,
+    rfc3339,
+)
 
 __all__ = ["DEFAULT_SCHEDULER_NAMES", "SimScheduler"]
 
@@ -107,6 +147,7 @@ class _NodeInfo:
     pods: list[_PodInfo] = field(default_factory=list)
     requested: dict[str, Decimal] = field(default_factory=dict)
     gpu_used: list[float] = field(default_factory=list)
+    hami: bool = False  # runs HAMi's device plugin
 
     def add(self, info: _PodInfo) -> None:
         self.pods.append(info)
@@ -114,11 +155,20 @@ class _NodeInfo:
             self.requested[key] = self.requested.get(key, Decimal(0)) + value
 
     def refresh_gpus(self) -> None:
-        self.gpu_used = gpushare.usage((p.pod for p in self.pods), self.devices)
+        self.gpu_used = gpushare.usage(
+            (p.pod for p in self.pods), self.devices, hami_node=self.hami
+        )
+
+    def places_devices(self, info: _PodInfo) -> bool:
+        """Whether ``info`` takes physical devices here: every GPU pod, except a plain
+        ``nvidia.com/gpu`` pod on a HAMi node (it takes a split slot)."""
+        return info.demand is not None and not (self.hami and info.demand.layer == "whole")
 
     def without_priority_below(self, priority: int) -> _NodeInfo:
         """This node as if every pod of lower priority were evicted (preemption dry run)."""
-        copy = _NodeInfo(self.obj, self.name, self.allocatable, self.devices, self.taints)
+        copy = _NodeInfo(
+            self.obj, self.name, self.allocatable, self.devices, self.taints, hami=self.hami
+        )
         for info in self.pods:
             if info.priority >= priority:
                 copy.add(info)
@@ -155,7 +205,7 @@ def _fit(info: _PodInfo, node: _NodeInfo) -> _Status | None:
             unresolvable = unresolvable or wanted > capacity
     if reasons:
         return _Status(tuple(reasons), unresolvable)
-    if info.demand is not None:
+    if info.demand is not None and node.places_devices(info):
         placed = gpushare.place(info.demand, node.devices, node.gpu_used)
         if isinstance(placed, gpushare.NoFit):
             return _Status((placed.reason,), False)
@@ -274,23 +324,45 @@ class SimScheduler:
         resync_seconds: float = 0.5,
     ) -> None:
         self._store = store
-        self._names = frozenset(scheduler_names)
+        self._names = tuple(dict.fromkeys(scheduler_names))
         self._resync = resync_seconds
         self._recorders: dict[str, EventRecorder] = {}
         self._cache: dict[str, tuple[str, _PodInfo | None]] = {}
         self._warned: set[tuple[str, str]] = set()
+        self._rng = random.Random()
+
+    def loops(self) -> dict[str, Coroutine[Any, Any, None]]:
+        """One `run_loop` coroutine per scheduler name, to run as separate tasks."""
+        return {name: self.run_loop(name) for name in self._names}
 
     async def run(self) -> None:
-        """Schedule on every store change and every ``resync_seconds``, until cancelled."""
+        """Every scheduler name's loop, concurrently, until cancelled."""
+        await asyncio.gather(*self.loops().values())
 
-        def step() -> float:
-            self.schedule_once()
-            return self._resync
+    async def run_loop(self, name: str) -> None:
+        """The loop of the scheduler called ``name``: a pass now, then after every store
+        change and every ``resync_seconds``, until cancelled. A pass yields to the event
+        loop after taking its view and after each pod, so the other loops run meanwhile.
+        A pass that raises is logged and retried a second later."""
+        while True:
+            seen = self._store.resource_version
+            wait = self._resync
+            try:
+                for _ in self._pass(name):
+                    await asyncio.sleep(0)
+            except Exception:
+                log.exception("%s pass failed; retrying in 1s", name)
+                wait = 1.0
+            await self._store.wait_changed(wait, since=seen)
 
-        await self._store.run_passes(step, "scheduler")
+    def schedule_once(self, names: Iterable[str] | None = None) -> int:
+        """One pass of each scheduler in ``names`` (default: all), one after another,
+        each from its own view; returns how many pods were bound."""
+        return sum(sum(self._pass(name)) for name in (self._names if names is None else names))
 
-    def schedule_once(self) -> int:
-        """One pass over the pending pods; returns how many were bound."""
+    def _pass(self, name: str) -> Iterator[bool]:
+        """One pass of the scheduler ``name``: take the view, yield, then try each of its
+        pending pods in PrioritySort order, yielding whether it was bound."""
         pods, _ = self._store.list(PODS, copy_objects=False)
         node_objs, _ = self._store.list(NODES, copy_objects=False)
         nodes = {
@@ -300,6 +372,7 @@ class SimScheduler:
                 _quantities((n.get("status") or {}).get("allocatable")),
                 gpushare.node_devices(n),
                 node_taints(n),
+                hami=hami.runs_hami((n.get("metadata") or {}).get("labels") or {}),
             )
             for n in node_objs
         }
@@ -312,28 +385,31 @@ class SimScheduler:
                 info = self._info(pod)
                 if node is not None and not is_terminal(pod):
                     node.add(info or _PodInfo(pod, 0, {"pods": Decimal(1)}, None))
-            elif self._serves(pod) and not is_terminating(pod):
+            elif self._serves(pod, name) and not is_terminating(pod):
                 info = self._info(pod)
                 if info is not None:
                     pending.append(info)
         self._cache = {uid: v for uid, v in self._cache.items() if uid in seen}
+        if name == "kai-scheduler":
+            self._sync_reservations(pods)
+        yield False
         for node in nodes.values():
             node.refresh_gpus()
         pending.sort(
             key=lambda p: (-p.priority, p.pod["metadata"].get("creationTimestamp", ""), _ref(p.pod))
         )
         ordered = sorted(nodes.values(), key=lambda n: n.name)
-        bound = 0
         failed: dict[str, str] = {}
         for info in pending:
             if (info.pod.get("spec") or {}).get("schedulingGates"):
                 self._mark(info.pod, "SchedulingGated", _GATED_MESSAGE, event=False)
-            elif self._schedule(info, ordered, failed):
-                bound += 1
-        return bound
+                yield False
+            else:
+                yield self._schedule(info, ordered, failed)
 
-    def _serves(self, pod: Mapping[str, Any]) -> bool:
-        return ((pod.get("spec") or {}).get("schedulerName") or "default-scheduler") in self._names
+    @staticmethod
+    def _serves(pod: Mapping[str, Any], name: str) -> bool:
+        return ((pod.get("spec") or {}).get("schedulerName") or "default-scheduler") == name
 
     def _info(self, pod: Obj) -> _PodInfo | None:
         """Requests and GPU demand of ``pod``, cached per resourceVersion; None (with one
@@ -388,7 +464,7 @@ class SimScheduler:
             return False
         best = min(feasible, key=lambda n: (-sum(n.gpu_used), n.name))
         assignment: gpushare.Assignment = ()
-        if info.demand is not None:
+        if info.demand is not None and best.places_devices(info):
             placed = gpushare.place(info.demand, best.devices, best.gpu_used)
             assert not isinstance(placed, gpushare.NoFit)  # the filter just placed it
             assignment = placed
@@ -407,25 +483,45 @@ class SimScheduler:
         return self._recorders[name]
 
     def _bind(self, pod: Obj, node: str, assignment: gpushare.Assignment) -> bool:
-        """What the pods/binding subresource does: ``spec.nodeName``, the binding's
-        annotations, then condition ``PodScheduled=True``."""
+        """What the pods/binding subresource does, in one write: ``spec.nodeName`` (a
+        Conflict if the pod is bound already or being deleted), the binding's annotations
+        and condition ``PodScheduled=True``. A KAI fractional pod first gets its GPU groups (`_reserve`)."""
         meta = pod["metadata"]
         now = rfc3339(datetime.now(UTC))
+        labels: dict[str, str] = {}
+        if assignment and kai.is_fractional(pod):
+            reserved = self._reserve(node, assignment)
+            if reserved is None:
+                return False
+            labels = reserved
 
         def set_node(obj: Obj) -> None:
+            name, current = obj["metadata"]["name"], (obj.get("spec") or {}).get("nodeName")
+            if obj["metadata"].get("deletionTimestamp"):
+                reason = f"pod {name} is being deleted, cannot be assigned to a host"
+            elif current:
+                reason = f'pod {name} is already assigned to node "{current}"'
+            else:
+                reason = ""
+            if reason:
+                raise Conflict(
+                    f'Operation cannot be fulfilled on pods/binding "{name}": {reason}',
+                    details={"name": name, "kind": "pods/binding"},
+                )
             obj.setdefault("spec", {})["nodeName"] = node
+            if labels:
+                obj["metadata"].setdefault("labels", {}).update(labels)
             if assignment:
                 annotations = obj["metadata"].setdefault("annotations", {})
                 annotations[gpushare.DEVICES_ANNOTATION] = gpushare.format_assignment(assignment)
 
+        def bind(obj: Obj) -> None:  # one write, as BindingREST's assignPod
+            set_node(obj)
+            _set_condition(obj, "True", None, None, now)
+
         try:
-            self._store.mutate(PODS, meta["namespace"], meta["name"], set_node)
             bound = self._store.mutate(
-                PODS,
-                meta["namespace"],
-                meta["name"],
-                lambda obj: _set_condition(obj, "True", None, None, now),
-                subresource="status",
+                PODS, meta["namespace"], meta["name"], bind, subresource="binding"
             )
         except ApiError as e:
             log.warning("binding %s to %s failed: %s", _ref(pod), node, e.message)
@@ -436,6 +532,51 @@ class SimScheduler:
             bound, "Normal", "Scheduled", f"Successfully assigned {_ref(pod)} to {node}"
         )
         return True
+
+    def _reserve(self, node: str, assignment: gpushare.Assignment) -> dict[str, str] | None:
+        """KAI's binder (``ReserveGpuDevice``): for each device in ``assignment``, the GPU
+        group whose reservation pod holds it on ``node``, or a new group and reservation
+        pod; returns the pod's group labels, None if a reservation pod cannot be made."""
+        current, _ = self._store.list(PODS, kai.RESERVATION_NAMESPACE, copy_objects=False)
+        by_device = kai.groups_by_device(current, node)
+        groups: list[str] = []
+        for index in dict.fromkeys(i for i, _ in assignment):
+            group = by_device.get(index)
+            if group is None:
+                group = str(uuid.uuid4())
+                suffix = "".join(self._rng.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
+                try:
+                    self._ensure_reservation_namespace()
+                    created = self._store.create(
+                        PODS, kai.reservation_pod(node, group, index, suffix)
+                    )
+                except ApiError as e:
+                    log.warning("creating a GPU reservation pod on %s failed: %s", node, e.message)
+                    return None
+                log.info(
+                    "reserved GPU %d of %s for group %s: %s", index, node, group, _ref(created)
+                )
+            groups.append(group)
+        return kai.group_labels(groups)
+
+    def _ensure_reservation_namespace(self) -> None:
+        """``kai-resource-reservation`` exists wherever KAI is installed."""
+        with contextlib.suppress(AlreadyExists):
+            self._store.create(NAMESPACES, {"metadata": {"name": kai.RESERVATION_NAMESPACE}})
+
+    def _sync_reservations(self, pods: Sequence[Obj]) -> None:
+        """KAI's binder ``syncForPods``: delete (grace 0) reservation pods whose GPU group
+        has no pod left in phase Pending or Running."""
+        for pod in kai.stale_reservations(pods):
+            meta = pod["metadata"]
+            try:
+                self._store.delete(PODS, meta["namespace"], meta["name"], grace_period_seconds=0)
+            except NotFound:
+                continue
+            except ApiError as e:
+                log.warning("deleting reservation pod %s failed: %s", _ref(pod), e.message)
+                continue
+            log.info("deleted reservation pod %s: no pod left in its GPU group", _ref(pod))
 
     def _mark(self, pod: Obj, reason: str, message: str, *, event: bool = True) -> None:
         """Set ``PodScheduled=False`` with ``reason``/``message`` unless already so."""

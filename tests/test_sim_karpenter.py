@@ -394,7 +394,8 @@ def test_existing_nodes_view_of_an_initializing_node() -> None:
     assert (view.name, view.nodeclaim, view.node, view.initialized) == ("n1", "gpu-x", "n1", False)
     assert view.labels == new_node["metadata"]["labels"]  # registered: the Node's labels
     assert view.taints == [{"key": "t", "effect": "NoSchedule"}]  # startup and ephemeral ignored
-    assert view.available == {"cpu": Decimal(47), "nvidia.com/gpu": Decimal(3), "pods": Decimal(-1)}
+    # resources.Subtract keeps the allocatable's keys only: no "pods" entry (absent = 0).
+    assert view.available == {"cpu": Decimal(47), "nvidia.com/gpu": Decimal(3)}
     claim["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
     assert existing_nodes([new_node], [claim], []) == []
     unlaunched = {"metadata": {"name": "gpu-y", "labels": {}}, "spec": {}, "status": {}}

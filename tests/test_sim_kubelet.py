@@ -1,4 +1,4 @@
-"""SimKubelet against a real Store: start, graceful removal, pod GC, quiet when idle."""
+"""SimKubelet against a real Store: admission, start, graceful removal, pod GC, quiet when idle."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from sim.kubelet import SimKubelet
 from sim.scheduler import SimScheduler
-from sim.store import NAMESPACES, NODES, PODS, NotFound, Store
+from sim.store import EVENTS, NAMESPACES, NODES, PODS, NotFound, Store
 
 
 class Clock:
@@ -33,13 +33,13 @@ def clock() -> Clock:
     return Clock()
 
 
-def add_node(store: Store, name: str = "n1", ready: str = "True") -> None:
+def add_node(store: Store, name: str = "n1", ready: str = "True", **extra: str) -> None:
     store.create(
         NODES,
         {
             "metadata": {"name": name},
             "status": {
-                "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110", **extra},
                 "addresses": [{"type": "InternalIP", "address": "192.168.0.7"}],
                 "conditions": [{"type": "Ready", "status": ready}],
             },
@@ -208,3 +208,45 @@ async def test_with_the_scheduler_a_pod_runs_and_is_deleted(store: Store) -> Non
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+def limits(**resources: str) -> list[dict[str, Any]]:
+    return [{"name": "main", "image": "x", "resources": {"limits": resources}}]
+
+
+def test_admission_rejects_what_racing_schedulers_double_booked(store: Store, clock: Clock) -> None:
+    add_node(store, **{"nvidia.com/gpu": "1"})
+    add_pod(store, "first", containers=limits(**{"nvidia.com/gpu": "1"}))
+    # Oldest first (HandlePodAdditions sorts by creationTimestamp); same second: by name.
+    add_pod(store, "second", containers=limits(**{"nvidia.com/gpu": "1"}))
+    add_pod(store, "vgpu", containers=limits(**{"nvidia.com/gpumem": "8000"}))  # not listed
+    add_pod(store, "greedy", containers=limits(cpu="5"))
+    k = kubelet(store, clock, start_seconds=0.0)
+    k.sync_once()
+    k.sync_once()
+    assert get(store, "first")["status"]["phase"] == "Running"
+    assert get(store, "vgpu")["status"]["phase"] == "Running"
+    second = get(store, "second")["status"]
+    assert (second["phase"], second["reason"], second["message"]) == (
+        "Failed",
+        "OutOfnvidia.com/gpu",
+        "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, "
+        "requested: 1, used: 1, capacity: 1",
+    )
+    greedy = get(store, "greedy")["status"]
+    assert (greedy["reason"], greedy["message"]) == (
+        "OutOfcpu",
+        "Pod was rejected: Node didn't have enough resource: cpu, "
+        "requested: 5000, used: 0, capacity: 4000",
+    )
+    [event] = [
+        e for e in store.list(EVENTS, "default")[0] if e["involvedObject"]["name"] == "second"
+    ]
+    assert (event["type"], event["reason"], event["source"]) == (
+        "Warning",
+        "OutOfnvidia.com/gpu",
+        {"component": "kubelet"},
+    )
+    rv = store.resource_version
+    k.sync_once()  # rejected pods are terminal: nothing more is written
+    assert store.resource_version == rv

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from sim import gpushare
+from sim.kubelet import SimKubelet
 from sim.scheduler import SimScheduler
 from sim.store import EVENTS, NAMESPACES, NODES, PODS, Store
 
@@ -400,3 +401,94 @@ def test_identical_pods_share_a_verdict_only_until_the_next_bind(store: Store) -
     assert scheduled(store, "a-big")["message"].startswith(before + " preemption")
     assert scheduled(store, "c-big")["message"].startswith(after)
     assert scheduled(store, "d-big")["message"] == scheduled(store, "c-big")["message"]
+
+
+# -- one loop per scheduler name ---------------------------------------------------------
+
+
+async def test_each_scheduler_name_is_its_own_loop(store: Store) -> None:
+    add_node(store, "gpu-1", gpus=4)
+    scheduler = SimScheduler(store, resync_seconds=0.05)
+    tasks = {name: asyncio.create_task(loop, name=name) for name, loop in scheduler.loops().items()}
+    assert set(tasks) == {
+        "default-scheduler",
+        "hami-scheduler",
+        "kai-scheduler",
+        "tensor-fusion-scheduler",
+    }
+    try:
+        tasks["kai-scheduler"].cancel()  # one scheduler down does not stop the others
+        add_pod(store, "plain", limits={"nvidia.com/gpu": "1"})
+        add_pod(store, "vgpu", scheduler="hami-scheduler",
+                limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"})  # fmt: skip
+        add_pod(store, "half", scheduler="kai-scheduler", annotations={"gpu-fraction": "0.5"})
+        add_pod(store, "tf", scheduler="tensor-fusion-scheduler",
+                annotations={"tensor-fusion.ai/vram-request": "8Gi"})  # fmt: skip
+        await until(
+            lambda: all(get(store, n)["spec"].get("nodeName") for n in ("plain", "vgpu", "tf"))
+        )
+        await asyncio.sleep(0.15)
+        assert "nodeName" not in get(store, "half")["spec"]
+        assert get(store, "half")["status"] == {}  # nobody looked at it
+        tasks["kai-scheduler"] = asyncio.create_task(scheduler.run_loop("kai-scheduler"))
+        await until(lambda: get(store, "half")["spec"].get("nodeName") == "gpu-1")
+    finally:
+        for task in tasks.values():
+            task.cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+
+
+async def test_racing_schedulers_can_double_book_a_gpu(store: Store) -> None:
+    """kube-scheduler and kai-scheduler take their views before either binds: both bind
+    to the one GPU, and the kubelet's admission rejects the younger pod."""
+    add_node(store, "gpu-1", gpus=1)
+    add_pod(store, "plain", limits={"nvidia.com/gpu": "1"})
+    add_pod(store, "kai-whole", scheduler="kai-scheduler", limits={"nvidia.com/gpu": "1"})
+    scheduler = SimScheduler(store, resync_seconds=0.05)
+    task = asyncio.create_task(scheduler.run())
+    try:
+        await until(
+            lambda: all(get(store, n)["spec"].get("nodeName") for n in ("plain", "kai-whole"))
+        )
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    for name in ("plain", "kai-whole"):
+        assert get(store, name)["metadata"]["annotations"][gpushare.DEVICES_ANNOTATION] == "0:1"
+    kubelet = SimKubelet(store, start_seconds=0.0)
+    kubelet.sync_once()
+    kubelet.sync_once()
+    statuses = sorted(
+        (get(store, n)["status"]["phase"], get(store, n)["status"].get("reason"))
+        for n in ("plain", "kai-whole")
+    )
+    assert statuses == [("Failed", "OutOfnvidia.com/gpu"), ("Running", None)]
+    add_pod(store, "late", limits={"nvidia.com/gpu": "1"})
+    SimScheduler(store).schedule_once()
+    assert scheduled(store, "late")["message"].startswith(
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    )
+
+
+async def test_a_second_bind_of_a_bound_pod_fails(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two replicas of one scheduler (no leader election) race for the same pod: the
+    binding subresource lets only the first bind land."""
+    add_node(store, "n1")
+    add_pod(store, "web", requests={"cpu": "1"})
+    replicas = [SimScheduler(store, resync_seconds=0.05) for _ in range(2)]
+    tasks = [asyncio.create_task(r.run_loop("default-scheduler")) for r in replicas]
+    try:
+        await until(lambda: get(store, "web")["spec"].get("nodeName") == "n1")
+        await asyncio.sleep(0.1)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    assert len(events_for(store, "web", "Scheduled")) == 1
+    assert (
+        'binding default/web to n1 failed: Operation cannot be fulfilled on pods/binding "web": '
+        'pod web is already assigned to node "n1"'
+    ) in caplog.text
