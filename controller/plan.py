@@ -398,22 +398,40 @@ def link_claims(
     In order: the NodeClaim of the node a binding trigger is bound to
     (``status.nodeName``); the link recorded on the trigger, while that NodeClaim exists
     and is not being deleted; Karpenter's ``Nominated`` event naming the trigger (same
-    uid) and an existing NodeClaim. Creation order is never evidence: a NodeClaim of the
-    same pool may well be one Karpenter made for another pod.
+    uid) and an existing NodeClaim whose ``nvidia.com/gpu`` requests are not already held
+    by triggers linked to it. Creation order is never evidence: a NodeClaim of the same
+    pool may well be one Karpenter made for another pod.
     """
     by_node = {c.node_name: c for c in claims.values() if c.node_name}
     links: dict[PodRef, str | None] = {}
+    nominated_only: list[tuple[TriggerInfo, NodeClaimInfo]] = []
+    used: dict[str, int] = defaultdict(int)
     for trigger in triggers:
         claim = by_node.get(trigger.node_name or "")
         if claim is None:
             recorded = claims.get(trigger.node_claim or "")
             claim = recorded if recorded is not None and not recorded.deleting else None
         if claim is None:
+            links[trigger.ref] = None
             nominated = nominations.get((trigger.ref.namespace, trigger.ref.name))
             if nominated is not None and nominated.uid in ("", trigger.ref.uid):
                 named = claims.get(nominated.node_claim)
-                claim = named if named is not None and not named.deleting else None
-        links[trigger.ref] = claim.name if claim is not None else None
+                if named is not None and not named.deleting:
+                    nominated_only.append((trigger, named))
+            continue
+        links[trigger.ref] = claim.name
+        used[claim.name] += trigger.gpus
+    # A nomination onto GPUs other triggers already hold is no evidence of capacity:
+    # Karpenter counts only bound pods against an in-flight NodeClaim, so a later trigger
+    # may be nominated onto one bought for another. Such a trigger stays unlinked (and
+    # Unschedulable), and Karpenter buys for it once that NodeClaim's GPUs are taken.
+    for trigger, claim in sorted(
+        nominated_only, key=lambda tc: (tc[0].created or datetime.min, tc[0].ref)
+    ):
+        if claim.gpu_requests and used[claim.name] + trigger.gpus > claim.gpu_requests:
+            continue
+        links[trigger.ref] = claim.name
+        used[claim.name] += trigger.gpus
     return links
 
 

@@ -672,3 +672,17 @@ def test_fractions_that_state_memory_are_not_packed_but_plain_fractions_are() ->
     assert sorted(len(c.serves) for c in result.creates) == [1, 1, 2]
     # With a model the trigger pins the model; no memory requirement is added.
     assert all(c.group.min_memory_mib == 0 for c in result.creates)
+
+
+def test_a_nomination_onto_gpus_another_trigger_holds_is_no_link() -> None:
+    first = plan(snapshot([gpu_pod("a", "1", model="l4"), gpu_pod("b", "1", model="l4")]), CONFIG)
+    holder = live_trigger(first, 0, name="gi-1", node_claim="x")
+    late = live_trigger(first, 1, name="gi-2", created="2026-11-21T12:00:03Z")
+    parsed = [t for t in map(parse_trigger, [holder, late]) if t is not None]
+    one_gpu = parse_nodeclaim(nodeclaim("x", "gpu-standard", gpus=1, model="l4", launched=True))
+    evidence = {key(late): nominated(late, "x")}
+    links = link_claims(parsed, {"x": one_gpu}, evidence)
+    assert [links[t.ref] for t in parsed] == ["x", None]
+    two_gpus = parse_nodeclaim(nodeclaim("x", "gpu-standard", gpus=2, model="l4", launched=True))
+    links = link_claims(parsed, {"x": two_gpus}, evidence)
+    assert [links[t.ref] for t in parsed] == ["x", "x"]
