@@ -205,6 +205,11 @@ def _fit(info: _PodInfo, node: _NodeInfo) -> _Status | None:
             unresolvable = unresolvable or wanted > capacity
     if reasons:
         return _Status(tuple(reasons), unresolvable)
+    if info.demand is not None and info.demand.layer == "hami" and not node.hami:
+        # HAMi's scheduler knows only the devices its device plugin registered on the
+        # node (the hami.io/node-nvidia-register annotation); a GPU node without HAMi's
+        # device plugin (see `sim.hami`) has none for it.
+        return _Status(("NodeInsufficientDevice",), False)
     if info.demand is not None and node.places_devices(info):
         placed = gpushare.place(info.demand, node.devices, node.gpu_used)
         if isinstance(placed, gpushare.NoFit):

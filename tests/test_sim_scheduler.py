@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sim import gpushare
+from sim import gpushare, hami
 from sim.kubelet import SimKubelet
 from sim.scheduler import SimScheduler
 from sim.store import EVENTS, NAMESPACES, NODES, PODS, Store
@@ -213,7 +213,7 @@ def test_no_nodes_at_all(store: Store) -> None:
 
 
 def test_default_scheduler_pod_with_hami_memory_is_insufficient_everywhere(store: Store) -> None:
-    add_node(store, "gpu-1", gpus=2)
+    add_node(store, "gpu-1", gpus=2, labels=dict(hami.NODE_SELECTOR))
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
     add_pod(store, "plain", limits=limits)
     add_pod(store, "hami", limits=limits, scheduler="hami-scheduler")
@@ -222,9 +222,9 @@ def test_default_scheduler_pod_with_hami_memory_is_insufficient_everywhere(store
         "0/1 nodes are available: 1 Insufficient nvidia.com/gpumem. "
         f"preemption: 0/1 nodes are available: 1 {NOT_HELPFUL}.."
     )
-    hami = get(store, "hami")  # HAMi's extender handles gpumem: the pod fits
-    assert hami["spec"]["nodeName"] == "gpu-1"
-    assert hami["metadata"]["annotations"][gpushare.DEVICES_ANNOTATION] == "0:0.347313"
+    vgpu = get(store, "hami")  # HAMi's extender handles gpumem: the pod fits
+    assert vgpu["spec"]["nodeName"] == "gpu-1"
+    assert vgpu["metadata"]["annotations"][gpushare.DEVICES_ANNOTATION] == "0:0.347313"
 
 
 def test_full_node_and_preemption_dry_run(store: Store) -> None:
@@ -407,7 +407,7 @@ def test_identical_pods_share_a_verdict_only_until_the_next_bind(store: Store) -
 
 
 async def test_each_scheduler_name_is_its_own_loop(store: Store) -> None:
-    add_node(store, "gpu-1", gpus=4)
+    add_node(store, "gpu-1", gpus=4, labels=dict(hami.NODE_SELECTOR))
     scheduler = SimScheduler(store, resync_seconds=0.05)
     tasks = {name: asyncio.create_task(loop, name=name) for name, loop in scheduler.loops().items()}
     assert set(tasks) == {
@@ -492,3 +492,15 @@ async def test_a_second_bind_of_a_bound_pod_fails(
         'binding default/web to n1 failed: Operation cannot be fulfilled on pods/binding "web": '
         'pod web is already assigned to node "n1"'
     ) in caplog.text
+
+
+def test_hami_pods_go_only_to_nodes_running_hamis_device_plugin(store: Store) -> None:
+    add_node(store, "plain-gpu", gpus=1)
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
+    add_pod(store, "vgpu", limits=limits, scheduler="hami-scheduler")
+    SimScheduler(store).schedule_once()
+    assert "nodeName" not in get(store, "vgpu")["spec"]
+    assert "NodeInsufficientDevice" in scheduled(store, "vgpu")["message"]
+    add_node(store, "hami-gpu", gpus=10, labels=dict(hami.NODE_SELECTOR))
+    SimScheduler(store).schedule_once()
+    assert get(store, "vgpu")["spec"]["nodeName"] == "hami-gpu"
