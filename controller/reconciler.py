@@ -11,6 +11,7 @@ moves some decisions, e.g. the NodeReady cover expiring).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import socket
@@ -194,10 +195,15 @@ class Controller:
                 log.exception("reconcile pass failed; retrying after the next change")
 
     async def _settle(self) -> None:
-        """Wait for a poke (or the resync period), then for changes to go quiet."""
+        """Wait for a poke (or the resync period), then for changes to go quiet.
+
+        ``asyncio.timeout``, not ``asyncio.wait_for``: on Python 3.11 ``wait_for`` can
+        swallow a cancellation that arrives as the inner wait completes (CPython
+        gh-86296), and the controller then ignored SIGTERM."""
         cfg = self.config
         try:
-            await asyncio.wait_for(self._poked.wait(), cfg.resync_seconds)
+            async with asyncio.timeout(cfg.resync_seconds):
+                await self._poked.wait()
         except TimeoutError:
             return
         deadline = time.monotonic() + cfg.max_delay_seconds
@@ -207,7 +213,8 @@ class Controller:
             if remaining <= 0:
                 return
             try:
-                await asyncio.wait_for(self._poked.wait(), min(cfg.idle_seconds, remaining))
+                async with asyncio.timeout(min(cfg.idle_seconds, remaining)):
+                    await self._poked.wait()
             except TimeoutError:
                 return
 
@@ -253,12 +260,16 @@ class Controller:
             metrics.DEMAND_GPUS.labels(key.pool, key.model or "any").set(float(gpus))
 
     async def _write(self, operation: str, coro: Any) -> Any:
-        async with self._writes:
-            try:
-                result = await coro
-            except KubeError:
-                metrics.OPERATIONS.labels(operation, "error").inc()
-                raise
+        try:
+            async with self._writes:
+                try:
+                    result = await coro
+                except KubeError:
+                    metrics.OPERATIONS.labels(operation, "error").inc()
+                    raise
+        finally:
+            if inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+                coro.close()  # cancelled while waiting for a slot: never sent
         metrics.OPERATIONS.labels(operation, "ok").inc()
         return result
 
