@@ -16,11 +16,17 @@ import ssl
 import sys
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpu_intent import __version__
 
+if TYPE_CHECKING:
+    from controller.plan import PlanConfig
+
 log = logging.getLogger("gpu_intent")
+
+#: Default namespace for trigger pods (the chart's namespace).
+TRIGGER_NAMESPACE = "gpu-intent-system"
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -35,6 +41,88 @@ def _positive(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def add_planning_flags(
+    parser: argparse.ArgumentParser,
+    *,
+    namespace: str = TRIGGER_NAMESPACE,
+    namespace_help: str = "namespace for trigger pods",
+    default_nodepool: str | None = None,
+) -> None:
+    """Add the controller's planning flags to ``parser`` (``controller`` and ``demo`` share
+    them): ``--namespace`` (trigger pods' namespace, default ``namespace``),
+    ``--default-nodepool`` (default ``default_nodepool``), ``--gpu-name-label``,
+    ``--gpu-memory-label``, ``--binding-triggers``, ``--trigger-image``, ``--trigger-priority-class``, ``--cover-seconds`` (seconds) and
+    ``--max-triggers``. `plan_config` turns the parsed values into a ``PlanConfig``."""
+    parser.add_argument("--namespace", default=namespace, help=namespace_help)
+    parser.add_argument(
+        "--default-nodepool",
+        default=default_nodepool,
+        help="NodePool for GPU intents that name no model"
+        + (f" (default {default_nodepool})" if default_nodepool else ""),
+    )
+    parser.add_argument(
+        "--gpu-name-label",
+        default="karpenter.k8s.aws/instance-gpu-name",
+        help="node label carrying the GPU model (default: the AWS provider's)",
+    )
+    parser.add_argument(
+        "--gpu-memory-label",
+        default="karpenter.k8s.aws/instance-gpu-memory",
+        help="node label carrying MiB of memory per GPU, for intents that state memory but "
+        "no model (default: the AWS provider's)",
+    )
+    parser.add_argument(
+        "--binding-triggers",
+        action="store_true",
+        help="make triggers ordinary pods kube-scheduler binds, instead of non-binding ones "
+        "(only for clusters that reject pods naming an unknown scheduler)",
+    )
+    parser.add_argument("--trigger-image", default="registry.k8s.io/pause:3.10")
+    parser.add_argument("--trigger-priority-class", help="PriorityClass for trigger pods")
+    parser.add_argument(
+        "--cover-seconds",
+        type=_positive,
+        default=60.0,
+        help="how long pods whose node is Ready are left to their scheduler before buying again (default 60)",
+    )
+    parser.add_argument(
+        "--max-triggers",
+        type=_non_negative_int,
+        default=100,
+        help="most live trigger pods (default 100)",
+    )
+
+
+def plan_config(args: argparse.Namespace) -> PlanConfig:
+    """The ``PlanConfig`` for flags added by `add_planning_flags`."""
+    from controller.plan import PlanConfig
+    from controller.triggers import TriggerSettings
+
+    return PlanConfig(
+        trigger=TriggerSettings(
+            namespace=args.namespace,
+            image=args.trigger_image,
+            gpu_name_label=args.gpu_name_label,
+            gpu_memory_label=args.gpu_memory_label,
+            priority_class=args.trigger_priority_class,
+            binding=args.binding_triggers,
+        ),
+        default_nodepool=args.default_nodepool,
+        cover_seconds=args.cover_seconds,
+        max_triggers=args.max_triggers,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,29 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)"
     )
     controller.add_argument("--context", help="kubeconfig context (default: current)")
-    controller.add_argument(
-        "--namespace",
-        default=os.environ.get("POD_NAMESPACE", "gpu-intent-system"),
-        help="namespace for trigger pods (default: $POD_NAMESPACE or gpu-intent-system)",
-    )
-    controller.add_argument(
-        "--default-nodepool", help="NodePool for GPU intents that name no model"
-    )
-    controller.add_argument(
-        "--gpu-name-label",
-        default="karpenter.k8s.aws/instance-gpu-name",
-        help="node label carrying the GPU model (default: the AWS provider's)",
-    )
-    controller.add_argument("--trigger-image", default="registry.k8s.io/pause:3.10")
-    controller.add_argument("--trigger-priority-class", help="PriorityClass for trigger pods")
-    controller.add_argument(
-        "--cover-seconds",
-        type=_positive,
-        default=60.0,
-        help="how long pods whose node is Ready are left to their scheduler before buying again (default 60)",
-    )
-    controller.add_argument(
-        "--max-triggers", type=int, default=100, help="most live trigger pods (default 100)"
+    add_planning_flags(
+        controller,
+        namespace=os.environ.get("POD_NAMESPACE", TRIGGER_NAMESPACE),
+        namespace_help="namespace for trigger pods (default: $POD_NAMESPACE or gpu-intent-system)",
     )
     controller.add_argument(
         "--metrics-address", type=_address, default=("0.0.0.0", 8080), metavar="HOST:PORT"
@@ -95,13 +164,40 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run the end-to-end story on an embedded simulated cluster")
     demo.add_argument(
-        "--timeout", type=_positive, default=60.0, help="give up after this many seconds"
+        "--timeout",
+        type=_positive,
+        default=None,
+        help="give up after this many seconds (default: 60 with fast timings, 300 with eks)",
     )
     demo.add_argument(
-        "--examples", type=Path, default=None, help="manifests directory (default: examples/)"
+        "--examples",
+        type=Path,
+        default=None,
+        help="manifests directory; every Pod in it, in any namespace, is followed"
+        " (default: examples/)",
     )
     demo.add_argument(
         "--without-controller", action="store_true", help="show what happens without gpu-intent"
+    )
+    demo.add_argument(
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="text: timeline, tables and cost on stdout; json: one JSON summary on stdout,"
+        " the human text on stderr (default text)",
+    )
+    demo.add_argument(
+        "--timings",
+        choices=("fast", "eks"),
+        default="fast",
+        help="NodeClaim lifecycle delays: fast (the sim's, ~4 s to Ready) or eks (~60 s to"
+        " Ready, EKS-like) (default fast)",
+    )
+    add_planning_flags(
+        demo,
+        namespace=TRIGGER_NAMESPACE,
+        namespace_help="namespace for trigger pods (default gpu-intent-system)",
+        default_nodepool="gpu-standard",
     )
     return parser
 
@@ -116,24 +212,10 @@ def _configure_logging(level: str) -> None:
 
 async def _run_controller(args: argparse.Namespace) -> None:
     from controller.kube import Kube
-    from controller.plan import PlanConfig
     from controller.reconciler import Controller, ControllerConfig
     from controller.server import start
-    from controller.triggers import TriggerSettings
 
-    config = ControllerConfig(
-        plan=PlanConfig(
-            trigger=TriggerSettings(
-                namespace=args.namespace,
-                image=args.trigger_image,
-                gpu_name_label=args.gpu_name_label,
-                priority_class=args.trigger_priority_class,
-            ),
-            default_nodepool=args.default_nodepool,
-            cover_seconds=args.cover_seconds,
-            max_triggers=args.max_triggers,
-        )
-    )
+    config = ControllerConfig(plan=plan_config(args))
     kube = await Kube.connect(args.kubeconfig, args.context)
     controller = Controller(kube, config)
     runner = await start(controller, *args.metrics_address)
@@ -175,7 +257,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return asyncio.run(
             run_demo(
-                args.examples, max_seconds=args.timeout, with_controller=not args.without_controller
+                args.examples,
+                max_seconds=args.timeout,
+                with_controller=not args.without_controller,
+                output=args.output,
+                timings=args.timings,
+                plan=plan_config(args),
             )
         )
     if args.command == "webhook":

@@ -1,0 +1,179 @@
+"""The controller's memory with N pending GPU pods cached, measured on the real binary.
+
+A sim API server (store and HTTPS only: no scheduler, kubelet or Karpenter, so nothing
+moves) holds N pending pods with gpu-intent annotations and ``PodScheduled=False,
+Unschedulable``, shaped like what kubectl creates (containers with env, volume mounts,
+the projected service-account volume the apiserver adds), in 20 opted-in namespaces,
+plus two NodePools. ``gpu-intent controller`` runs as its own process against it through
+a kubeconfig, lists and watches everything, plans and creates its capped triggers; once
+its ``/readyz`` answers and its trigger count stops moving, its peak resident set
+(``VmHWM`` in /proc/<pid>/status, Linux) is read. Printed: peak RSS in MiB, for N = 10,000
+(the target is < 150 MB) and, for the slope, N = 1,000.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import tempfile
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from gpu_intent.intent import Intent
+from sim.server import ApiServer
+from sim.store import NAMESPACES, NODEPOOLS, PODS, Store
+
+EXE = str(Path(sys.executable).with_name("gpu-intent"))
+MODELS = ("t4", "l4", "a10g")
+
+
+def pod(i: int) -> dict[str, Any]:
+    """A pending KAI pod with an intent, about the size a real Deployment's pod has."""
+    intent = Intent(Decimal("0.5"), model=MODELS[i % 3], source=("kai:gpu-fraction",))
+    env = [{"name": f"VAR_{k}", "value": f"value-{k}-{i}"} for k in range(10)]
+    return {
+        "metadata": {
+            "name": f"infer-{i}",
+            "namespace": f"team-{i % 20}",
+            "labels": {"app": f"infer-{i % 50}", "pod-template-hash": "7d9f8c6b5"},
+            "annotations": {**intent.to_annotations(), "gpu-fraction": "0.5"},
+        },
+        "spec": {
+            "schedulerName": "kai-scheduler",
+            "nodeSelector": {"karpenter.k8s.aws/instance-gpu-name": MODELS[i % 3]},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "infer",
+                    "image": "example.registry/infer:7",
+                    "env": env,
+                    "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+                    "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+                    "volumeMounts": [{"name": "cache", "mountPath": "/cache"}],
+                }
+            ],
+            "volumes": [{"name": "cache", "emptyDir": {}}],
+        },
+    }
+
+
+def nodepool(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "spec": {
+                    "nodeClassRef": {
+                        "group": "karpenter.k8s.aws",
+                        "kind": "EC2NodeClass",
+                        "name": "gpu",
+                    },
+                    "requirements": [
+                        {
+                            "key": "karpenter.k8s.aws/instance-gpu-name",
+                            "operator": "In",
+                            "values": list(MODELS),
+                        }
+                    ],
+                    "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
+                }
+            }
+        },
+    }
+
+
+def fill(store: Store, n: int) -> None:
+    for k in range(20):
+        store.create(
+            NAMESPACES,
+            {"metadata": {"name": f"team-{k}", "labels": {"gpu-intent.io/inject": "enabled"}}},
+        )
+    store.create(NAMESPACES, {"metadata": {"name": "gpu-intent-system"}})
+    store.create(NODEPOOLS, nodepool("gpu"))
+    for i in range(n):
+        body = pod(i)
+        created = store.create(PODS, body, body["metadata"]["namespace"])
+        meta = created["metadata"]
+
+        def unschedulable(obj: dict[str, Any], stamp: str = meta["creationTimestamp"]) -> None:
+            obj["status"] = {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/0 nodes are available",
+                        "lastTransitionTime": stamp,
+                    }
+                ],
+            }
+
+        store.mutate(PODS, meta["namespace"], meta["name"], unschedulable, subresource="status")
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc status (not Linux?)")
+
+
+async def measure(n: int, port: int) -> float:
+    store = Store()
+    fill(store, n)
+    with tempfile.TemporaryDirectory() as tmp:
+        async with ApiServer(store, token="bench") as server:
+            kubeconfig = server.write_kubeconfig(Path(tmp) / "kubeconfig")
+            proc = await asyncio.create_subprocess_exec(
+                EXE, "--log-level", "WARNING", "controller", "--kubeconfig", str(kubeconfig),
+                "--metrics-address", f"127.0.0.1:{port}",
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            try:
+                await _until_settled(port, store)
+                return peak_rss_mib(proc.pid)
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                await asyncio.wait_for(proc.wait(), 120)
+
+
+async def _until_settled(port: int, store: Store, seconds: float = 300) -> None:
+    deadline = time.monotonic() + seconds
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(f"http://127.0.0.1:{port}/readyz") as resp:
+                    if resp.status == 200:
+                        break
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.5)
+        last, stable = -1, 0
+        while time.monotonic() < deadline and stable < 6:  # 3 s without a new trigger
+            count = len(store.list(PODS, "gpu-intent-system")[0])
+            stable = stable + 1 if count == last else 0
+            last = count
+            await asyncio.sleep(0.5)
+
+
+def run(sizes: tuple[int, ...] = (1_000, 10_000)) -> None:
+    for n in sizes:
+        started = time.monotonic()
+        rss = asyncio.run(measure(n, 18000 + os.getpid() % 1000))
+        print(
+            f"controller process with {n:>6} pending GPU pods cached: peak RSS {rss:6.1f} MiB "
+            f"(VmHWM; target < 150 MB at 10,000; {time.monotonic() - started:.0f} s)"
+        )
+
+
+if __name__ == "__main__":
+    run()

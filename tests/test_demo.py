@@ -1,0 +1,265 @@
+"""``gpu-intent demo``: the pure need and cost calculation, a JSON run over examples in
+a namespace other than ``ml``, and malformed examples."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpu_intent import cli
+from gpu_intent.demo import (
+    ClaimCost,
+    DemandPod,
+    balance,
+    bought_claim,
+    default_examples,
+    load_manifests,
+    native_need,
+    native_twins,
+    run_demo,
+)
+from gpu_intent.intent import Intent
+from sim.catalog import by_name
+
+
+def nodepools() -> list[dict[str, Any]]:
+    return [d for d in load_manifests(default_examples()) if d["kind"] == "NodePool"]
+
+
+def pod(name: str, cpu: str = "1", memory: str = "2Gi") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "team"},
+        "spec": {
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]
+        },
+    }
+
+
+def demand(name: str, gpus: str, model: str | None, pool: str | None = None) -> DemandPod:
+    return DemandPod(f"team/{name}", Intent(Decimal(gpus), model=model, pool=pool), pod(name))
+
+
+def bought(name: str, instance_type: str, pool: str = "gpu-standard", **kw: Any) -> ClaimCost:
+    it = by_name(instance_type)
+    return ClaimCost(name, pool, it.name, it.gpu_name or None, it.gpu_count, it.price, **kw)
+
+
+def test_two_half_l4_pods_make_one_one_gpu_twin() -> None:
+    twins = native_twins([demand("a", "0.5", "l4"), demand("b", "0.5", "l4")])
+    assert len(twins) == 1
+    (twin,) = twins
+    requests = twin["spec"]["containers"][0]["resources"]["requests"]
+    assert requests == {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"}
+    assert twin["spec"]["nodeSelector"] == {"karpenter.k8s.aws/instance-gpu-name": "l4"}
+    assert twin["metadata"]["annotations"]["gpu-intent.io/native-twin-of"] == "team/a,team/b"
+
+
+def test_twins_round_up_whole_pods_and_use_pools() -> None:
+    twins = native_twins(
+        [
+            demand("big", "1.5", "a10g", pool="gpu-standard"),
+            demand("anon", "1", None),
+            DemandPod("team/cpu", None, pod("cpu")),
+        ],
+        default_nodepool="gpu-standard",
+    )
+    gpus = [
+        t["spec"]["containers"][0]["resources"].get("limits", {}).get("nvidia.com/gpu")
+        for t in twins
+    ]
+    assert gpus == ["2", "1", None]
+    assert twins[0]["spec"]["nodeSelector"] == {
+        "karpenter.k8s.aws/instance-gpu-name": "a10g",
+        "karpenter.sh/nodepool": "gpu-standard",
+    }
+    assert twins[1]["spec"]["nodeSelector"] == {"karpenter.sh/nodepool": "gpu-standard"}
+    assert twins[2]["metadata"]["name"] == "cpu"  # not a GPU pod: passed through
+
+
+def test_native_need_of_two_half_l4_pods_is_one_g6_xlarge() -> None:
+    need = native_need([demand("a", "0.5", "l4"), demand("b", "0.5", "l4")], nodepools())
+    assert dict(need.gpus) == {"l4": 1}
+    assert [(c.node_pool, c.instance_type, c.gpu_model, c.gpus) for c in need.claims] == [
+        ("gpu-standard", "g6.xlarge", "l4", 1)
+    ]
+    assert need.claims[0].price_per_hour == by_name("g6.xlarge").price
+    assert not need.unplaced
+
+    result = balance([bought("gpu-standard-abcde", "g6.xlarge")], need)
+    assert result.beyond == {}
+    assert result.cost_bought == result.cost_native == by_name("g6.xlarge").price
+    assert dict(result.gpus_bought) == dict(result.gpus_needed) == {"l4": 1}
+
+
+def test_an_extra_nodeclaim_is_beyond_the_need() -> None:
+    need = native_need([demand("a", "0.5", "l4"), demand("b", "0.5", "l4")], nodepools())
+    claims = [bought("first", "g6.xlarge"), bought("second", "g6.xlarge", deleted=True)]
+    result = balance(claims, need)
+    assert list(result.beyond) == ["second"]
+    assert (
+        "NodeClaim 2 of 2 created (g6.xlarge, 1 l4); the native whole-GPU solve makes 1"
+        in (result.beyond["second"])
+    )
+    assert result.cost_bought == 2 * result.cost_native
+    assert dict(result.gpus_bought) == {"l4": 2}
+
+
+def test_a_nodeclaim_of_an_unneeded_model_or_never_launched_is_beyond_the_need() -> None:
+    need = native_need([demand("a", "1", "l4"), demand("b", "1", "t4")], nodepools())
+    assert len(need.claims) == 2
+    # Within the count, but t4 GPUs beyond what t4 needs.
+    wrong = balance([bought("t4-a", "g4dn.xlarge"), bought("t4-b", "g4dn.xlarge")], need)
+    assert list(wrong.beyond) == ["t4-b"]
+    assert "t4 GPUs bought would reach 2, needed 1" in wrong.beyond["t4-b"]
+    # A NodeClaim that never launched still counts.
+    unlaunched = ClaimCost("ghost", "gpu-standard", None, None, 0, None, launched=False)
+    counted = balance([bought("l4", "g6.xlarge"), bought("t4", "g4dn.xlarge"), unlaunched], need)
+    assert list(counted.beyond) == ["ghost"]
+    assert counted.claims_bought == 3 and counted.claims_native == 2
+
+
+def test_bought_claim_reads_the_launched_instance_type() -> None:
+    claim = {
+        "metadata": {
+            "name": "gpu-large-xyz12",
+            "labels": {
+                "karpenter.sh/nodepool": "gpu-large",
+                "node.kubernetes.io/instance-type": "g6e.xlarge",
+            },
+        },
+        "status": {"conditions": [{"type": "Launched", "status": "True"}]},
+    }
+    cost = bought_claim(claim)
+    assert (cost.node_pool, cost.instance_type, cost.gpu_model, cost.gpus) == (
+        "gpu-large", "g6e.xlarge", "l40s", 1,
+    )  # fmt: skip
+    assert cost.price_per_hour == by_name("g6e.xlarge").price and cost.launched
+    fresh = bought_claim({"metadata": {"name": "n", "labels": {}}, "status": {}})
+    assert not fresh.launched and fresh.price_per_hour is None and fresh.gpus == 0
+
+
+def examples_in_namespace(tmp_path: Path, namespace: str) -> Path:
+    """The default examples with their workload namespace ``ml`` renamed."""
+    target = tmp_path / "examples"
+    target.mkdir()
+    for path in default_examples().glob("*.yaml"):
+        text = path.read_text()
+        text = text.replace("name: ml\n", f"name: {namespace}\n")
+        text = text.replace("namespace: ml\n", f"namespace: {namespace}\n")
+        (target / path.name).write_text(text)
+    return target
+
+
+async def test_json_run_follows_every_pod_of_another_namespace(tmp_path: Path) -> None:
+    examples = examples_in_namespace(tmp_path, "research")
+    expected = {
+        (d["metadata"].get("name") or d["metadata"]["generateName"])
+        for d in load_manifests(examples)
+        if d["kind"] == "Pod"
+    }
+    assert {d["metadata"]["namespace"] for d in load_manifests(examples) if d["kind"] == "Pod"} == {
+        "research"
+    }
+    out, err = io.StringIO(), io.StringIO()
+    code = await run_demo(examples, output="json", out=out, err=err)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1, out.getvalue()  # one JSON object, nothing else on stdout
+    summary = json.loads(lines[0])
+    assert "POD" in err.getvalue() and "Instance cost" in err.getvalue()
+    for key in ("ok", "pods", "nodeClaims", "gpusNeeded", "gpusBought", "costPerHour"):
+        assert key in summary
+    assert isinstance(summary["ok"], bool) and (code == 0) == summary["ok"]
+    assert set(summary["costPerHour"]) >= {"bought", "native"}
+    pods = summary["pods"]
+    assert {p["namespace"] for p in pods} == {"research"}
+    names = {p["name"] for p in pods}
+    assert len(pods) == len(expected)
+    assert all(any(n == e or n.startswith(e) for n in names) for e in expected)
+    for p in pods:
+        assert set(p) >= {
+            "namespace",
+            "name",
+            "intent",
+            "node",
+            "nodeClaim",
+            "phase",
+            "secondsToNode",
+        }
+        assert p["node"] and p["nodeClaim"] and p["secondsToNode"] > 0, p
+    claims = summary["nodeClaims"]
+    assert claims, summary
+    for c in claims:
+        assert set(c) >= {"name", "nodePool", "instanceType", "gpus", "pricePerHour"}
+    assert {p["nodeClaim"] for p in pods} <= {c["name"] for c in claims}
+    # Every NodeClaim bought is counted, and its GPUs and price add up.
+    bought_gpus: dict[str, int] = {}
+    for c in claims:
+        if c["gpuModel"]:
+            bought_gpus[c["gpuModel"]] = bought_gpus.get(c["gpuModel"], 0) + c["gpus"]
+    assert summary["gpusBought"] == bought_gpus
+    assert summary["costPerHour"]["bought"] == pytest.approx(
+        sum(c["pricePerHour"] or 0 for c in claims), abs=1e-3
+    )
+    assert summary["gpusNeeded"] == {"a10g": 1, "l4": 1, "l40s": 1, "t4": 1}
+    # The native whole-GPU demand: one NodeClaim per model here.
+    assert len(summary["nativeNodeClaims"]) == 4
+    # ok means nothing beyond the need; anything beyond is named.
+    beyond = {c["name"] for c in claims if c["beyondNeed"]}
+    assert beyond == set(summary["beyondNeed"])
+    assert summary["ok"] == (not summary["problems"])
+    if beyond:
+        assert not summary["ok"]
+        assert all(any(name in p for p in summary["problems"]) for name in beyond)
+
+
+def test_malformed_examples_exit_2_with_one_line_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    examples = tmp_path / "examples"
+    examples.mkdir()
+    shutil.copy(default_examples() / "10-nodepools.yaml", examples)
+    bad = examples / "20-workloads.yaml"
+    bad.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x\n")
+    assert cli.main(["demo", "--examples", str(examples)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and str(bad) in lines[0] and "Traceback" not in captured.err
+    assert captured.out == ""
+
+    bad.write_text("apiVersion: v1\nkind: Deployment\nmetadata: {name: x}\n")
+    assert cli.main(["demo", "--examples", str(examples), "--output", "json"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and str(bad) in lines[0] and "Deployment" in lines[0]
+
+
+def test_demo_takes_the_controller_planning_flags() -> None:
+    parser = cli.build_parser()
+    demo = parser.parse_args(["demo"])
+    config = cli.plan_config(demo)
+    assert config.default_nodepool == "gpu-standard"
+    assert config.trigger.namespace == "gpu-intent-system"
+    assert (demo.timings, demo.output, demo.timeout) == ("fast", "text", None)
+    args = parser.parse_args(
+        ["demo", "--default-nodepool", "gpu-large", "--max-triggers", "3", "--cover-seconds", "5",
+         "--trigger-image", "pause:1", "--trigger-priority-class", "low", "--timings", "eks"]
+    )  # fmt: skip
+    config = cli.plan_config(args)
+    assert (config.default_nodepool, config.max_triggers, config.cover_seconds) == (
+        "gpu-large", 3, 5.0,
+    )  # fmt: skip
+    assert (config.trigger.image, config.trigger.priority_class) == ("pause:1", "low")
+    controller = cli.plan_config(parser.parse_args(["controller"]))
+    assert controller.default_nodepool is None
+    assert controller.trigger.binding is False
+    assert controller.trigger.gpu_memory_label == "karpenter.k8s.aws/instance-gpu-memory"
+    chosen = cli.plan_config(
+        parser.parse_args(["controller", "--binding-triggers", "--gpu-memory-label", "x/mem"])
+    )
+    assert (chosen.trigger.binding, chosen.trigger.gpu_memory_label) == (True, "x/mem")
