@@ -11,7 +11,8 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("gpu_intent", "webhook", "controller", "certs", "sim")
+TOP_LEVEL = ("gpu_intent", "webhook", "controller", "certs", "sim")
+PACKAGES = (*TOP_LEVEL, "gpu_intent/demo")
 
 
 def _run(*args: str | Path, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -37,7 +38,7 @@ def test_wheel_installs_into_a_new_venv_and_runs_the_demo(tmp_path: Path) -> Non
     (wheel,) = dist.glob("gpu_intent-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"{p}/__init__.py" for p in PACKAGES} <= names
-    assert {f"{p}/py.typed" for p in PACKAGES} <= names
+    assert {f"{p}/py.typed" for p in TOP_LEVEL} <= names
     assert "gpu_intent/examples/20-workloads.yaml" in names
     assert "sim/crds/karpenter.sh_nodeclaims.yaml" in names
     assert not any(n.startswith("tests/") for n in names)

@@ -1,0 +1,105 @@
+"""``gpu-intent demo``: the whole story on an embedded simulated cluster, in one process.
+
+It starts the sim (API server over HTTPS, scheduler, kubelet, Karpenter), the real
+webhook over HTTPS and the real controller (talking to the sim through kubernetes_asyncio
+and a kubeconfig, exactly as to a real cluster), applies an examples directory (default
+``examples/``, installed as ``gpu_intent.examples``), prints a live timeline and final
+tables. ``--without-controller`` shows the other side: the sharing-layer pods stay
+Pending with Karpenter's ``FailedScheduling`` while whole-GPU pods get a node.
+
+**What is followed.** Every Pod manifest in the directory, in whatever namespace, is a
+*GPU pod* the demo follows to a node. Pods, NodeClaims and Events are listed and then
+watched from that list's resourceVersion *before* the first pod is created, so every
+NodeClaim Karpenter creates is recorded, including ones deleted later. At the end the
+demo waits (within ``--timeout``) until each NodeClaim has launched (condition
+``Launched=True``) or is gone, and reconciles its record with a fresh list.
+
+**The need.** What the same demand, written as native whole-GPU pods, makes the same
+Karpenter buy: the sim's pure `sim.karpenter.solve` (Karpenter's ``Scheduler.Solve``)
+on an otherwise empty cluster with the same NodePools (as stored by the API server).
+Each GPU pod becomes a *native twin* (`native_twins`): a pod requesting
+``ceil(intent.gpus)`` whole ``nvidia.com/gpu`` plus the pod's own cpu and memory
+requests, selecting the model on ``karpenter.k8s.aws/instance-gpu-name`` and the pool on
+``karpenter.sh/nodepool`` (the intent's pool; for an intent without a model, the default
+NodePool the controller would use), tolerating every taint. Pods with a fractional
+intent (< 1 GPU) of the same model and pool are summed first, so two 0.5-GPU L4 pods make
+one 1-GPU twin. A pod with no GPU intent enters the solve as it is. The intent is the
+webhook's annotation, or for a pod the webhook did not annotate (its namespace is not
+opted in) what `webhook.inference.infer_intent` finds in the pod.
+
+From that solve (`native_need`) and the NodeClaims created, `balance` computes:
+
+- ``gpusNeeded``: per model, ``ceil`` of the summed intents (``any`` for intents naming
+  no model); ``gpusBought``: per model, the GPUs of every NodeClaim created (instance
+  type from the sim catalog);
+- ``costPerHour``: ``bought`` sums the on-demand price (sim catalog, USD/hour) of every
+  launched NodeClaim created, deleted ones included; ``native`` sums the cheapest
+  instance type of each NodeClaim of the native solve (the one the sim launches);
+- NodeClaims *beyond the need*, taken in creation order: every NodeClaim after as many
+  as the native solve makes; a launched one whose GPUs take its model's bought total
+  above ``max(needed, native solve)`` for that model; a launched one without GPUs
+  beyond the native solve's count of GPU-less NodeClaims. Any NodeClaim beyond the need
+  fails the demo (exit 1), named in the message.
+
+**Timings** (`TIMINGS`). ``fast`` (default) is the sim's own (`KarpenterTimings()`:
+launch 1 s, register 2 s, initialize 1 s). ``eks`` keeps Karpenter's batching and takes
+the NodeClaim lifecycle to about 60 s from creation to Ready, estimated from public
+measurements: EC2 ``Instance Created`` about 1 s after the request and kubelet node
+registration at 39 s for a c5.xlarge (awslabs/amazon-eks-ami#1099, the EKS team's
+node-latency measurements); "new nodes come up in about 30-40s in a ready state" for
+general instance types, with GPU types taking longer to boot (Karpenter maintainer in
+aws/karpenter-provider-aws#6165, and amazon-eks-ami#1099); users expect Ready "in about
+60 seconds" (aws/karpenter-provider-aws#3102). So launch 2 s (the CreateFleet call),
+register 38 s, initialize 20 s (node Ready plus the NVIDIA device plugin advertising
+``nvidia.com/gpu``; the 20 s is an estimate). The default timeout scales with them
+(`default_timeout`).
+
+**Output.** ``output="text"`` prints the timeline, the tables and the summary lines on
+``out``. ``output="json"`` prints the same human text on ``err`` and one JSON object on
+``out`` (`summary_json` gives the shape).
+
+Exit codes: 0 every example pod bound, no trigger left, every NodeClaim launched or
+gone and none beyond the need (``with_controller=False``: whole-GPU pods bound, the
+sharing-layer pods Pending with Karpenter's FailedScheduling, none beyond the need);
+1 otherwise; 2 when the examples cannot be read or applied (one line on ``err``).
+"""
+
+from gpu_intent.demo.manifests import (
+    ExamplesError,
+    apply,
+    default_examples,
+    load_manifests,
+    webhook_configuration,
+)
+from gpu_intent.demo.need import (
+    Balance,
+    ClaimCost,
+    DemandPod,
+    Need,
+    balance,
+    bought_claim,
+    gpus_needed,
+    native_need,
+    native_twins,
+)
+from gpu_intent.demo.story import TIMINGS, default_timeout, run_demo
+
+__all__ = [
+    "TIMINGS",
+    "Balance",
+    "ClaimCost",
+    "DemandPod",
+    "ExamplesError",
+    "Need",
+    "apply",
+    "balance",
+    "bought_claim",
+    "default_examples",
+    "default_timeout",
+    "gpus_needed",
+    "load_manifests",
+    "native_need",
+    "native_twins",
+    "run_demo",
+    "webhook_configuration",
+]

@@ -1,0 +1,156 @@
+"""The demo's examples directory: reading, validating and applying its manifests, and
+the webhook registration (MutatingWebhookConfiguration) the demo creates."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import logging
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+from kubernetes_asyncio import client
+
+from gpu_intent.intent import (
+    INJECT_LABEL,
+    INJECT_VALUE,
+)
+
+log = logging.getLogger(__name__)
+
+TRIGGER_NAMESPACE: Final = "gpu-intent-system"
+DEFAULT_NODEPOOL: Final = "gpu-standard"
+GPU_NAME_LABEL: Final = "karpenter.k8s.aws/instance-gpu-name"
+NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
+INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
+#: The kinds an examples directory may hold (``apply`` creates them).
+EXAMPLE_KINDS: Final = ("Namespace", "NodePool", "Pod")
+#: Key of ``gpusNeeded`` for intents that name no model.
+ANY_MODEL: Final = "any"
+
+
+class ExamplesError(ValueError):
+    """An examples file cannot be read or applied; the message names the file."""
+
+
+def default_examples() -> Path:
+    """The demo's manifests: the repository's top-level ``examples/``, installed as the
+    data-only package ``gpu_intent.examples`` (pyproject.toml maps it), so the same call
+    works in an editable install and from a wheel. Raises FileNotFoundError when the
+    installation has no examples."""
+    spec = importlib.util.find_spec("gpu_intent.examples")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    if not locations:
+        raise FileNotFoundError("the gpu_intent.examples package data is not installed")
+    return Path(locations[0])
+
+
+def read_examples(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """``(file, document)`` for every YAML document in ``directory/*.yaml``, in file-name
+    order; empty documents skipped, a Pod without a namespace put in ``default`` (as
+    ``kubectl create`` would). Raises `ExamplesError` naming the file for unreadable or
+    invalid YAML, a document that is not a mapping, a kind the demo does not apply or a
+    missing ``metadata.name``/``generateName``; FileNotFoundError when there are none."""
+    out: list[tuple[Path, dict[str, Any]]] = []
+    for path in sorted(directory.glob("*.yaml")):
+        try:
+            docs = list(yaml.safe_load_all(path.read_text()))
+        except (OSError, UnicodeDecodeError) as e:
+            raise ExamplesError(f"{path}: cannot read: {e}") from None
+        except yaml.YAMLError as e:
+            where = getattr(e, "problem_mark", None)
+            line = f" (line {where.line + 1})" if where is not None else ""
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise ExamplesError(f"{path}: not valid YAML{line}: {problem}") from None
+        for i, doc in enumerate(docs, 1):
+            if doc is None:
+                continue
+            if not isinstance(doc, dict):
+                raise ExamplesError(
+                    f"{path}: document {i} is a {type(doc).__name__}, not a mapping"
+                )
+            kind = doc.get("kind")
+            if kind not in EXAMPLE_KINDS:
+                raise ExamplesError(
+                    f"{path}: document {i} has kind {kind!r}; the demo applies {', '.join(EXAMPLE_KINDS)}"
+                )
+            meta = doc.get("metadata")
+            if not isinstance(meta, dict) or not (meta.get("name") or meta.get("generateName")):
+                raise ExamplesError(f"{path}: document {i} ({kind}) has no metadata.name")
+            if kind == "Pod" and not meta.get("namespace"):
+                doc = {**doc, "metadata": {**meta, "namespace": "default"}}
+            out.append((path, doc))
+    if not out:
+        raise FileNotFoundError(f"no manifests in {directory}")
+    return out
+
+
+def load_manifests(directory: Path) -> list[dict[str, Any]]:
+    """Every YAML document in ``directory/*.yaml``, in file-name order. Raises
+    FileNotFoundError when there are none and `ExamplesError` (a ValueError naming the
+    file) when one is malformed."""
+    return [doc for _, doc in read_examples(directory)]
+
+
+async def apply(api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
+    """Create one manifest through the API (``kubectl create`` for the kinds the demo
+    uses) and return the stored object. Raises RuntimeError with the server's message."""
+    kind, meta = obj["kind"], obj.get("metadata", {})
+    # The generated client types bodies as models; manifests are dicts, which it sends
+    # as they are. Any keeps mypy from insisting on models here.
+    core: Any = client.CoreV1Api(api)
+    custom: Any = client.CustomObjectsApi(api)
+    admission: Any = client.AdmissionregistrationV1Api(api)
+    calls: dict[str, Any] = {
+        "Namespace": lambda: core.create_namespace(obj, _preload_content=False),
+        "Pod": lambda: core.create_namespaced_pod(meta["namespace"], obj, _preload_content=False),
+        "NodePool": lambda: custom.create_cluster_custom_object(
+            "karpenter.sh", "v1", "nodepools", obj, _preload_content=False
+        ),
+        "MutatingWebhookConfiguration": lambda: admission.create_mutating_webhook_configuration(
+            obj, _preload_content=False
+        ),
+    }
+    if kind not in calls:
+        raise ValueError(f"the demo does not apply {kind}")
+    response = await calls[kind]()
+    body = await response.json()
+    if response.status >= 400:
+        raise RuntimeError(
+            f"creating {kind} {meta.get('name') or meta.get('generateName')}: {body.get('message')}"
+        )
+    return dict(body)
+
+
+def webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
+    """The MutatingWebhookConfiguration the Helm chart installs, pointed at ``url``."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "gpu-intent"},
+        "webhooks": [
+            {
+                "name": "pods.gpu-intent.io",
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Ignore",
+                "timeoutSeconds": 5,
+                "reinvocationPolicy": "IfNeeded",
+                "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
+                "namespaceSelector": {"matchLabels": {INJECT_LABEL: INJECT_VALUE}},
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                        "scope": "Namespaced",
+                    }
+                ],
+            }
+        ],
+    }
+
+
+# --- The need and its cost: pure functions, no awaits. ---------------------------------

@@ -1,0 +1,460 @@
+"""The demo's run: start the sim, the webhook and the controller, apply the examples,
+follow pods, NodeClaims and Events until done, then report (`run_demo`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from certs import write_tls_files
+from controller.kube import PODS, Kube, load_configuration
+from controller.plan import PlanConfig
+from controller.reconciler import Controller, ControllerConfig
+from controller.triggers import TriggerSettings
+from gpu_intent.demo.manifests import (
+    DEFAULT_NODEPOOL,
+    GPU_NAME_LABEL,
+    TRIGGER_NAMESPACE,
+    ExamplesError,
+    apply,
+    default_examples,
+    read_examples,
+    webhook_configuration,
+)
+from gpu_intent.demo.need import DemandPod, balance, native_need
+from gpu_intent.demo.report import (
+    PodRecord,
+    Timeline,
+    claims_table,
+    final_table,
+    format_models,
+    summary_json,
+)
+from gpu_intent.intent import TRIGGER_LABEL
+from sim.cluster import SimCluster
+from sim.nodeclaims import KarpenterTimings
+from webhook import server as webhook_server
+
+log = logging.getLogger(__name__)
+
+#: NodeClaim lifecycle delays by ``--timings`` name (seconds; see the module docstring).
+TIMINGS: Final[Mapping[str, KarpenterTimings]] = {
+    "fast": KarpenterTimings(),
+    "eks": KarpenterTimings(launch_seconds=2.0, register_seconds=38.0, initialize_seconds=20.0),
+}
+
+
+async def _follow(
+    list_fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    handle: Callable[[str, dict[str, Any]], None],
+    listed: asyncio.Event,
+    on_list: Callable[[list[dict[str, Any]]], None] | None = None,
+) -> None:
+    """List, hand every item to ``handle`` as ADDED (or the whole list to ``on_list``),
+    set ``listed``, then watch from the list's resourceVersion, resuming from the last
+    one seen when a watch ends; relist after 410 Gone. Nothing created after the list
+    is missed."""
+    rv: str | None = None
+    while True:
+        if rv is None:
+            response = await list_fn(*args, _preload_content=False)
+            body = await response.json()
+            items = [i for i in body.get("items") or [] if isinstance(i, dict)]
+            if on_list is not None:
+                on_list(items)
+            else:
+                for item in items:
+                    handle("ADDED", item)
+            rv = str((body.get("metadata") or {}).get("resourceVersion") or "0")
+            listed.set()
+        stream = watch.Watch(return_type="object")
+        try:
+            async with stream.stream(
+                list_fn, *args, resource_version=rv, timeout_seconds=300
+            ) as events:
+                async for event in events:
+                    obj = event.get("raw_object")
+                    if not isinstance(obj, dict):
+                        continue
+                    rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                    if event.get("type") != "BOOKMARK":
+                        handle(str(event["type"]), obj)
+        except ApiException as e:
+            if e.status != 410:
+                raise
+            rv = None
+
+
+async def _stop(tasks: Sequence[asyncio.Task[Any]], first_wait: float = 2.0) -> list[str]:
+    """Cancel ``tasks`` and wait for them; cancel again, up to 20 times, any that survive
+    a cancellation (a task that swallows ``CancelledError``, as ``asyncio.wait_for`` can
+    on Python 3.11 when its inner future completes at the same moment, would otherwise
+    hang the demo). Returns the names of the tasks that needed more than one cancel."""
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=first_wait)
+    stubborn = [t.get_name() for t in tasks if not t.done()]
+    for _ in range(20):
+        pending = [t for t in tasks if not t.done()]
+        if not pending:
+            break
+        for task in pending:
+            task.cancel()
+        await asyncio.wait(pending, timeout=0.5)
+    await asyncio.gather(*(t for t in tasks if t.done()), return_exceptions=True)
+    return stubborn
+
+
+@contextlib.asynccontextmanager
+async def _tasks(
+    named: Mapping[str, Any], stubborn: list[str]
+) -> AsyncIterator[list[asyncio.Task[Any]]]:
+    """Run the coroutines of ``named`` (task name -> coroutine) as tasks for the block's
+    duration; on exit `_stop` them and add to ``stubborn`` those that ignored a cancel."""
+    tasks = [asyncio.create_task(coro, name=name) for name, coro in named.items()]
+    try:
+        yield tasks
+    finally:
+        stubborn += await _stop(tasks)
+
+
+def default_timeout(timings: KarpenterTimings) -> float:
+    """Seconds the demo waits by default: five NodeClaim lifetimes (launch + register +
+    initialize) and at least 60 (fast: 60 s; eks: 300 s)."""
+    ready = timings.launch_seconds + timings.register_seconds + timings.initialize_seconds
+    return max(60.0, 5 * ready)
+
+
+def _demo_plan() -> PlanConfig:
+    return PlanConfig(
+        trigger=TriggerSettings(namespace=TRIGGER_NAMESPACE, gpu_name_label=GPU_NAME_LABEL),
+        default_nodepool=DEFAULT_NODEPOOL,
+    )
+
+
+async def run_demo(
+    examples: Path | None,
+    *,
+    max_seconds: float | None = None,
+    with_controller: bool = True,
+    out: TextIO | None = None,
+    output: str = "text",
+    err: TextIO | None = None,
+    timings: str | KarpenterTimings = "fast",
+    plan: PlanConfig | None = None,
+) -> int:
+    """Run the story; return the exit code (see the module docstring: 0 success, 1
+    failure, 2 unreadable or unappliable examples).
+
+    Args:
+        examples: manifests directory; None for `default_examples`.
+        max_seconds: give up after this long (default `default_timeout` of the timings).
+        with_controller: False runs the webhook and Karpenter only.
+        out: where the text (``output="text"``) or the JSON object (``"json"``) goes;
+            stdout by default.
+        err: where the human text goes with ``output="json"``, and error lines; stderr
+            by default.
+        timings: a `TIMINGS` name or explicit `KarpenterTimings`.
+        plan: the controller's planning settings (default: triggers in
+            ``gpu-intent-system``, default NodePool ``gpu-standard``).
+    """
+    out = out or sys.stdout
+    err = err or sys.stderr
+    if output not in ("text", "json"):
+        raise ValueError(f"output must be 'text' or 'json', got {output!r}")
+    if isinstance(timings, str):
+        timings_name, karpenter = timings, TIMINGS[timings]
+    else:
+        timings_name, karpenter = "custom", timings
+    directory = examples or default_examples()
+    try:
+        manifests = read_examples(directory)
+    except (ExamplesError, FileNotFoundError) as e:
+        print(f"gpu-intent demo: {e}", file=err)
+        return 2
+    # The timeline tells the story; component INFO logs would interleave with it.
+    for noisy in ("sim", "controller", "webhook"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    story = _Story(
+        manifests=manifests,
+        plan=plan or _demo_plan(),
+        timings=karpenter,
+        timings_name=timings_name,
+        max_seconds=max_seconds if max_seconds is not None else default_timeout(karpenter),
+        with_controller=with_controller,
+        text=err if output == "json" else out,
+    )
+    with tempfile.TemporaryDirectory(prefix="gpu-intent-demo-") as tmp:
+        work = Path(tmp)
+        tls = write_tls_files(work / "webhook", ["localhost"], ["127.0.0.1"])
+        async with SimCluster(work / "cluster", karpenter=karpenter) as cluster:
+            runner = await webhook_server.start(
+                webhook_server.make_app(),
+                "127.0.0.1",
+                0,
+                webhook_server.ssl_context(str(tls.cert), str(tls.key)),
+            )
+            port = runner.addresses[0][1]
+            try:
+                code, summary = await story.run(cluster, tls.ca_cert.read_bytes(), port)
+            except ExamplesError as e:
+                print(f"gpu-intent demo: {e}", file=err)
+                return 2
+            finally:
+                await runner.cleanup()
+    if output == "json":
+        print(json.dumps(summary), file=out, flush=True)
+    return code
+
+
+@dataclass
+class _Story:
+    """One run of the demo against a started cluster and webhook."""
+
+    manifests: list[tuple[Path, dict[str, Any]]]
+    plan: PlanConfig
+    timings: KarpenterTimings
+    timings_name: str
+    max_seconds: float
+    with_controller: bool
+    text: TextIO
+    #: Tasks that ignored a cancellation when the demo stopped them.
+    stubborn: list[str] = field(default_factory=list)
+
+    async def _apply_setup(self, api: client.ApiClient, ca_pem: bytes, port: int) -> None:
+        namespaces = set()
+        for path, doc in self.manifests:
+            if doc["kind"] == "Pod":
+                continue
+            if doc["kind"] == "Namespace":
+                namespaces.add(doc["metadata"].get("name"))
+            try:
+                await apply(api, doc)
+            except RuntimeError as e:
+                raise ExamplesError(f"{path}: {e}") from None
+        trigger_ns = self.plan.trigger.namespace
+        if self.with_controller and trigger_ns not in namespaces:
+            await apply(
+                api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": trigger_ns}}
+            )
+        await apply(api, webhook_configuration(f"https://127.0.0.1:{port}/mutate", ca_pem))
+
+    async def run(
+        self, cluster: SimCluster, ca_pem: bytes, port: int
+    ) -> tuple[int, dict[str, Any]]:
+        text = self.text
+        print(
+            f"gpu-intent demo: simulated cluster at {cluster.url}, webhook at https://127.0.0.1:{port}/mutate"
+            f" (timings {self.timings_name}, timeout {self.max_seconds:g}s)",
+            file=text,
+        )
+        wall = time.monotonic()
+        cfg = await load_configuration(str(cluster.kubeconfig))
+        api = client.ApiClient(configuration=cfg)
+        workloads = [(p, d) for p, d in self.manifests if d["kind"] == "Pod"]
+        timeline = Timeline(
+            text, namespaces=frozenset(d["metadata"]["namespace"] for _, d in workloads)
+        )
+        core = client.CoreV1Api(api)
+        custom = client.CustomObjectsApi(api)
+        controller_kube = Kube(client.ApiClient(configuration=cfg))
+        try:
+            await self._apply_setup(api, ca_pem, port)
+            controller = Controller(controller_kube, ControllerConfig(plan=self.plan))
+            listed = [asyncio.Event() for _ in range(3)]
+            follows: dict[str, Any] = {
+                "watch-pods": _follow(
+                    core.list_pod_for_all_namespaces, (), timeline.on_pod, listed[0]
+                ),
+                "watch-nodeclaims": _follow(
+                    custom.list_cluster_custom_object,
+                    ("karpenter.sh", "v1", "nodeclaims"),
+                    timeline.on_nodeclaim,
+                    listed[1],
+                    timeline.sync_nodeclaims,
+                ),
+                "watch-events": _follow(
+                    core.list_event_for_all_namespaces,
+                    (),
+                    lambda _t, e: timeline.on_event(e),
+                    listed[2],
+                ),
+            }
+            if self.with_controller:
+                follows["controller"] = controller.run()
+            async with _tasks(follows, self.stubborn) as tasks:
+                waits = [asyncio.create_task(e.wait()) for e in listed]
+                if self.with_controller:
+                    waits.append(asyncio.create_task(controller.ready.wait()))
+                _, pending = await asyncio.wait(waits, timeout=10)
+                for task in pending:
+                    task.cancel()
+                failed = [t for t in tasks if t.done() and t.exception() is not None]
+                if pending or failed:
+                    raise RuntimeError(
+                        f"the demo's watches or controller did not start: {[t.exception() for t in failed]}"
+                    )
+                timeline.start = time.monotonic()
+                for path, doc in workloads:
+                    try:
+                        await apply(api, json.loads(json.dumps(doc)))
+                    except RuntimeError as e:
+                        raise ExamplesError(f"{path}: {e}") from None
+                deadline = time.monotonic() + self.max_seconds
+                while time.monotonic() < deadline:
+                    await asyncio.sleep(0.25)
+                    if self._finished(timeline, len(workloads)):
+                        break
+                # Every NodeClaim launched or gone, checked against a fresh list.
+                while True:
+                    response = await custom.list_cluster_custom_object(
+                        "karpenter.sh", "v1", "nodeclaims", _preload_content=False
+                    )
+                    timeline.sync_nodeclaims(list((await response.json()).get("items") or []))
+                    if not timeline.unsettled_claims() or time.monotonic() >= deadline:
+                        break
+                    await asyncio.sleep(0.25)
+            nodepools_response = await custom.list_cluster_custom_object(
+                "karpenter.sh", "v1", "nodepools", _preload_content=False
+            )
+            nodepools = list((await nodepools_response.json()).get("items") or [])
+            triggers, _ = await controller_kube.list(
+                PODS,
+                namespace=self.plan.trigger.namespace,
+                label_selector=f"{TRIGGER_LABEL}=true",
+            )
+            return self._report(timeline, len(workloads), nodepools, len(triggers), wall)
+        finally:
+            await controller_kube.close()
+            await api.close()
+
+    def _finished(self, timeline: Timeline, expected: int) -> bool:
+        if self.with_controller:
+            return _done(timeline, expected)
+        return _shown_stuck(timeline, expected)
+
+    def _report(
+        self,
+        timeline: Timeline,
+        expected: int,
+        nodepools: list[dict[str, Any]],
+        triggers_left: int,
+        wall: float,
+    ) -> tuple[int, dict[str, Any]]:
+        text = self.text
+        demand = [DemandPod(r.name, r.intent, r.pod) for r in timeline.pods.values()]
+        need = native_need(demand, nodepools, default_nodepool=self.plan.default_nodepool)
+        claims = timeline.claims_bought()
+        result = balance(claims, need)
+        final_table(timeline, text)
+        claims_table(claims, result, text)
+        native = ", ".join(
+            f"{c.node_pool} {c.instance_type} ({c.gpus} {c.gpu_model})" for c in need.claims
+        )
+        print(f"\nGPUs needed:      {format_models(result.gpus_needed)}", file=text)
+        print(f"GPUs provisioned: {format_models(result.gpus_bought)}", file=text)
+        print(
+            f"NodeClaims created: {result.claims_bought}; the same demand as native whole-GPU"
+            f" pods: {result.claims_native} ({native or 'none'})",
+            file=text,
+        )
+        print(
+            f"Instance cost: ${result.cost_bought:.4f}/h bought; ${result.cost_native:.4f}/h"
+            " for the same demand as native whole-GPU pods (sim catalog, on-demand)",
+            file=text,
+        )
+        for twin, message in need.unplaced.items():
+            print(f"native twin {twin} fits no NodePool: {message}", file=text)
+        print(f"trigger pods left: {triggers_left}", file=text)
+        warnings = [
+            f"task {name} ignored a cancellation and had to be cancelled again"
+            for name in self.stubborn
+        ]
+        for warning in warnings:
+            print(f"warning: {warning}", file=text)
+        problems = [
+            f"NodeClaim {name} is beyond the need: {why}" for name, why in result.beyond.items()
+        ]
+        unsettled = timeline.unsettled_claims()
+        if unsettled:
+            problems.append(
+                f"NodeClaim(s) neither launched nor gone within the timeout: {', '.join(unsettled)}"
+            )
+        if self.with_controller:
+            pending = sorted(r.name for r in timeline.pods.values() if not r.node)
+            if len(timeline.pods) != expected:
+                problems.append(f"saw {len(timeline.pods)} of {expected} example pods")
+            if pending:
+                problems.append(f"pods without a node: {', '.join(pending)}")
+            if triggers_left:
+                problems.append(f"{triggers_left} trigger pod(s) left")
+            ok = not problems
+            print(
+                "\nOK: every GPU pod got a node, no trigger remains and no NodeClaim is beyond"
+                " the need."
+                if ok
+                else "\nFAILED:\n  " + "\n  ".join(problems),
+                file=text,
+            )
+        else:
+            if not _shown_stuck(timeline, expected):
+                problems.insert(0, "unexpected outcome without the controller")
+            ok = not problems
+            print(
+                "\nWithout gpu-intent, Karpenter provisioned only for the whole-GPU pods; the"
+                " sharing-layer pods stay Pending."
+                if ok
+                else "\nFAILED:\n  " + "\n  ".join(problems),
+                file=text,
+            )
+        summary = summary_json(
+            timeline,
+            claims,
+            need,
+            result,
+            ok=ok,
+            problems=problems,
+            warnings=warnings,
+            triggers_left=triggers_left,
+            with_controller=self.with_controller,
+            timings=self.timings_name,
+            seconds=time.monotonic() - wall,
+        )
+        return (0 if ok else 1), summary
+
+
+def _done(timeline: Timeline, expected: int) -> bool:
+    pods = timeline.pods.values()
+    return (
+        len(timeline.pods) == expected and all(p.node for p in pods) and not timeline.triggers_live
+    )
+
+
+def _is_native(record: PodRecord) -> bool:
+    """Karpenter provisions for the pod by itself: no GPU intent, or whole GPUs asked as
+    ``nvidia.com/gpu`` resources."""
+    return record.intent is None or "resources:nvidia.com/gpu" in record.intent.source
+
+
+def _shown_stuck(timeline: Timeline, expected: int) -> bool:
+    if len(timeline.pods) != expected:
+        return False
+    native = [p for p in timeline.pods.values() if _is_native(p)]
+    shared = [p for p in timeline.pods.values() if not _is_native(p)]
+    return all(p.node for p in native) and all(
+        p.node is None and p.karpenter_failed for p in shared
+    )
