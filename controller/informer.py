@@ -80,6 +80,7 @@ class Informer:
                     namespace=spec.namespace,
                     label_selector=spec.label_selector,
                     field_selector=spec.field_selector,
+                    keep=self.state.keeper(spec.kind),
                 )
                 self.state.replace(spec.kind, items)
                 self.synced.set()

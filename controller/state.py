@@ -104,6 +104,12 @@ class ClusterState:
         """What the cache keeps of ``obj``: pending pods are slimmed (`slim_pod`)."""
         return slim_pod(obj) if kind == PENDING_PODS else obj
 
+    def keeper(self, kind: str) -> Callable[[Obj], Obj]:
+        """What the cache will keep of a ``kind`` object, for a list to apply to each
+        item as it arrives (so a large list is never held in full); `replace` accepts
+        kept objects as they are."""
+        return slim_pod if kind == PENDING_PODS else (lambda obj: obj)
+
     def replace(self, kind: str, items: Iterable[Obj]) -> None:
         """A (re)list: the cache for ``kind`` becomes exactly ``items``. A relist is
         newer than every write we made before it, so expectations are dropped. Pending
