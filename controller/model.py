@@ -306,7 +306,7 @@ class TriggerInfo:
         return GroupKey(self.pool, self.model, self.selector, self.min_memory_mib)
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, slots=True)
 class GroupKey:
     """Pods whose GPUs may be bought together: same NodePool, model, copied selector and,
     for pods that name no model, the GPU memory they need (MiB per GPU, 0: none)."""
@@ -315,6 +315,10 @@ class GroupKey:
     model: str | None
     selector: tuple[tuple[str, str], ...] = ()
     min_memory_mib: int = 0
+
+    def sort_key(self) -> tuple[str, str, tuple[tuple[str, str], ...], int]:
+        """A total order (a model-less group sorts first; None and str do not compare)."""
+        return (self.pool, self.model or "", self.selector, self.min_memory_mib)
 
     def __str__(self) -> str:
         parts = [f"pool={self.pool}", f"model={self.model or 'any'}"]

@@ -537,7 +537,7 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
     creates: list[CreateTrigger] = []
     demand: dict[GroupKey, Decimal] = {}
     budget = config.max_triggers - len(live)
-    for key in sorted(set(groups) | set(by_group)):
+    for key in sorted(set(groups) | set(by_group), key=GroupKey.sort_key):
         pods = groups.get(key, [])
         demand[key] = sum((p.intent.gpus for p in pods), Decimal(0))
         claim_of = {t.ref: claims.get(links.get(t.ref) or "") for t in by_group.get(key, [])}

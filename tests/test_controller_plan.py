@@ -131,7 +131,7 @@ def test_packing_fills_the_tightest_bin_so_fractions_need_the_fewest_gpus() -> N
 def test_different_models_get_separate_triggers_on_the_pool_that_offers_them() -> None:
     pods = [gpu_pod("a", "0.5", model="l4"), gpu_pod("b", "1", model="a100")]
     result = plan(snapshot(pods), CONFIG)
-    groups = sorted(c.group for c in result.creates)
+    groups = sorted((c.group for c in result.creates), key=GroupKey.sort_key)
     assert groups == [GroupKey("gpu-large", "a100"), GroupKey("gpu-standard", "l4")]
 
 
@@ -686,3 +686,14 @@ def test_a_nomination_onto_gpus_another_trigger_holds_is_no_link() -> None:
     two_gpus = parse_nodeclaim(nodeclaim("x", "gpu-standard", gpus=2, model="l4", launched=True))
     links = link_claims(parsed, {"x": two_gpus}, evidence)
     assert [links[t.ref] for t in parsed] == ["x", "x"]
+
+
+def test_model_less_and_model_groups_of_one_pool_plan_together() -> None:
+    # GroupKey(pool, None, ...) and GroupKey(pool, "t4") once crashed every pass: None and
+    # str do not compare.
+    pods = [memory_pod("m", "0.1", 20000), gpu_pod("t", "0.5", model="t4")]
+    result = plan(snapshot(pods), CONFIG)
+    assert sorted((c.group.model or "", c.group.min_memory_mib) for c in result.creates) == [
+        ("", 20000),
+        ("t4", 0),
+    ]

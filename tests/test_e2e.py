@@ -9,7 +9,7 @@ from collections import defaultdict
 from decimal import Decimal
 from typing import Any
 
-from e2e_support import TRIGGERS_NS, Env, eventually
+from e2e_support import TRIGGERS_NS, Env, NodeClaimCount, eventually
 
 from controller import informer as informer_module
 from controller.model import ScaleUpStatus
@@ -75,6 +75,7 @@ async def test_with_controller_every_pod_binds_triggers_go_and_gpus_match_the_ne
     env: Env,
 ) -> None:
     controller = env.controller()
+    count = NodeClaimCount(env.cluster)  # every NodeClaim ever created, deleted ones too
     task = asyncio.create_task(controller.run())
     try:
         await asyncio.wait_for(controller.ready.wait(), 5)
@@ -87,7 +88,16 @@ async def test_with_controller_every_pod_binds_triggers_go_and_gpus_match_the_ne
 
         await eventually(all_bound_no_triggers, 20)
         pods = await env.pods("ml")
-        claims = await env.nodeclaims()
+        await asyncio.sleep(1.5)  # a NodeClaim bought late would appear within a batch
+
+        async def every_claim_launched() -> bool:
+            return all(
+                "karpenter.k8s.aws/instance-gpu-count" in c["metadata"].get("labels", {})
+                for c in count.created.values()
+            )
+
+        await eventually(every_claim_launched, 10)
+        claims = list(count.created.values())
         # GPUs bought per model equal the pods' needs, fractions summed and rounded up.
         needed: dict[str, Decimal] = defaultdict(Decimal)
         for pod in pods:
@@ -128,6 +138,20 @@ async def test_with_controller_every_pod_binds_triggers_go_and_gpus_match_the_ne
             )
 
         await eventually(final_statuses, 10)
+        # Each closed status names the NodeClaim of the node the pod runs on.
+        claim_of_node = {
+            c["status"]["nodeName"]: name
+            for name, c in count.created.items()
+            if (c.get("status") or {}).get("nodeName")
+        }
+        for pod in await env.pods("ml"):
+            if is_native(pod):
+                continue
+            status = ScaleUpStatus.from_annotation(
+                pod["metadata"]["annotations"]["gpu-intent.io/scale-up"]
+            )
+            assert status is not None
+            assert status.node_claim == claim_of_node[pod["spec"]["nodeName"]]
         for pod in pods:
             if is_native(pod):
                 continue
@@ -143,6 +167,7 @@ async def test_with_controller_every_pod_binds_triggers_go_and_gpus_match_the_ne
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        await count.close()
 
 
 async def test_controller_never_deletes_a_pod_it_did_not_create(env: Env) -> None:
