@@ -1,18 +1,44 @@
-"""Run every benchmark and print its figures."""
+"""Run every benchmark and print its figures.
+
+``python -m bench`` runs all of them (about 7 minutes on a 2-core machine);
+``--quick`` runs the exact scale-up benchmarks small: the cost comparison on the same
+workload, the time comparison on 5 pods only, with delays scaled down further.
+"""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 
-from bench import planner, webhook
+from bench import controller_rss, cost, planner, scaleup_time, steady, webhook
+
+#: ``--scale`` of the time benchmark in a full run: EKS-like delays halved (NodeClaim
+#: Ready 30 s after creation), so that the whole run stays under about 10 minutes.
+TIME_SCALE = 0.5
+#: ``--scale`` of the time benchmark with ``--quick`` (NodeClaim Ready after 6 s).
+QUICK_TIME_SCALE = 0.1
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "--quick", action="store_true", help="exact scale-up benchmarks small and fast"
+    )
+    args = parser.parse_args()
     print("== webhook ==")
     webhook.run_pure()
     asyncio.run(webhook.run_http())
     print("\n== planner ==")
     planner.run()
+    steady.run()
+    controller_rss.run()
+    print("\n== exact scale-up: cost (bench/cost.py) ==")
+    cost.run()
+    print("\n== exact scale-up: time to a node (bench/scaleup_time.py) ==")
+    if args.quick:
+        scaleup_time.run(QUICK_TIME_SCALE, burst=False)
+    else:
+        scaleup_time.run(TIME_SCALE)
 
 
 if __name__ == "__main__":

@@ -585,6 +585,8 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
                 deletes.append(DeleteTrigger(trigger.ref, reason))
                 continue
             _tell_progress(trigger, claim, bins, pods_served, key.pool, stamp, tell, deletes)
+    going = {d.ref for d in deletes}
+    marks = tuple(m for m in marks if m.ref not in going)  # no status patch on a deleted pod
     return Plan(link_actions, tuple(statuses), tuple(deletes), tuple(creates), demand, marks)
 
 

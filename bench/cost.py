@@ -1,0 +1,800 @@
+"""Cost of exact scale-up: what gpu-intent makes Karpenter buy for a mixed sharing-layer
+workload, against what the same demand written as native whole-GPU pods makes it buy.
+
+**Workload** (`scenario`, 500+ pods in the opted-in namespace ``ml``, label
+``gpu-intent.io/inject=enabled``): KAI ``gpu-fraction`` 0.25 and 0.5 pods selecting their
+model by the GPU Feature Discovery label ``nvidia.com/gpu.product`` (t4, l4, l40s, memory-only KAI ``gpu-memory`` pods; HAMi ``nvidia.com/gpumem`` pods with
+``nvidia.com/use-gputype``; tensor-fusion ``gpu-model`` + ``vram-request`` pods;
+multi-GPU pods (HAMi ``nvidia.com/gpu: 2`` + ``gpumem``, tensor-fusion ``gpu-count: 2``);
+a few native whole-GPU pods. Both NodePools of ``examples/10-nodepools.yaml`` are used,
+with their ``nvidia.com/gpu`` limits raised (`POOL_GPU_LIMIT`) since 500 pods of at least
+a quarter GPU need more than the examples' 32 + 16 GPUs.
+
+**A, gpu-intent**: a fresh `SimCluster`, the real webhook over TLS and the real
+controller (through kubernetes_asyncio, as in ``tests/conftest.py``); the pods are
+created through the API; the run ends when every pod is bound and no trigger is left
+(or at the timeout, reported), then waits two Karpenter max batch windows for late
+NodeClaims.
+
+**B, native**: another fresh `SimCluster`, no webhook, no controller. The same demand as
+native whole-GPU pods (`native_pods`; the intent of each pod is what the webhook's own
+`webhook.inference.infer_intent` finds): per (model, pool), pods needing ``g >= 1`` GPUs
+become one pod of ``ceil(g)`` whole ``nvidia.com/gpu``, fractional pods are packed
+first-fit-decreasing into 1-GPU pods (``ceil(sum)`` of them when the fractions are
+dyadic, as here); each asks for the cpu and memory of the pods it stands for and selects
+the model with ``karpenter.k8s.aws/instance-gpu-name``. A memory-only pod becomes one
+whole GPU with the required node affinity ``karpenter.k8s.aws/instance-gpu-memory Gt
+(MiB - 1)``.
+
+**Counted** on both sides from a watch on the sim's store (`ClaimCounter`): every
+NodeClaim ever created, deleted ones included; GPUs bought per model and the instance
+cost per hour (on-demand prices of `sim.catalog.CATALOG`, summed over the instance types
+of every NodeClaim created); on side A also every trigger pod created and the GPUs they
+asked for. Printed side by side with the ratio cost(A)/cost(B) (target 1.00) and
+NodeClaims created (A) vs needed (B); pods left unbound are named with their scale-up
+status and scheduler message, and warnings and errors logged during the runs are counted.
+
+**Timings**: the e2e tests' fast Karpenter (``tests/e2e_support.py`` ``FAST``: batch
+0.2 s idle / 1 s max, requeue 2 s, NodeClaim Ready 0.2 s after creation) and controller
+(0.02 s idle, 0.2 s max debounce, 0.5 s resync), all multiplied by ``scale`` (default 2,
+for headroom on a loaded 2-core machine); they keep Karpenter's real ratio to the
+controller's reaction. The controller's ``cover_seconds`` stays at its 60 s default, as
+in the e2e tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import copy
+import logging
+import math
+import tempfile
+import time
+import traceback
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Final
+
+from kubernetes_asyncio import client
+
+from certs import write_tls_files
+from controller.kube import Kube, load_configuration
+from controller.plan import PlanConfig
+from controller.reconciler import Controller, ControllerConfig
+from controller.triggers import TriggerSettings
+from gpu_intent.demo import apply, default_examples, load_manifests, webhook_configuration
+from gpu_intent.intent import Intent
+from gpu_intent.quantity import parse_quantity
+from sim import store as sim_store
+from sim.catalog import by_name, format_quantity
+from sim.cluster import SimCluster
+from sim.nodeclaims import KarpenterTimings
+from webhook import server as webhook_server
+from webhook.inference import infer_intent
+
+NAMESPACE: Final = "ml"
+TRIGGERS_NS: Final = "gpu-intent-system"
+DEFAULT_NODEPOOL: Final = "gpu-standard"
+GPU_NAME_LABEL: Final = "karpenter.k8s.aws/instance-gpu-name"
+GPU_MEMORY_LABEL: Final = "karpenter.k8s.aws/instance-gpu-memory"
+INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
+NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
+GFD_PRODUCT: Final = "nvidia.com/gpu.product"
+#: ``nvidia.com/gpu`` limit given to each example NodePool (the examples say 32 and 16).
+POOL_GPU_LIMIT: Final = "1000"
+GPU_TOLERATION: Final = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+#: GFD ``nvidia.com/gpu.product`` of each model (as `sim.catalog` labels the nodes).
+GFD_PRODUCTS: Final = {
+    "t4": "Tesla-T4",
+    "a10g": "NVIDIA-A10G",
+    "l4": "NVIDIA-L4",
+    "l40s": "NVIDIA-L40S",
+    "a100": "NVIDIA-A100-SXM4-40GB",
+}
+
+#: ``tests/e2e_support.py`` ``FAST``: Karpenter fast enough for a test, keeping the real
+#: ratio of its batch windows to the controller's debounce (`controller_config`).
+FAST: Final = KarpenterTimings(
+    batch_idle_seconds=0.2,
+    batch_max_seconds=1.0,
+    requeue_seconds=2.0,
+    launch_seconds=0.05,
+    register_seconds=0.1,
+    initialize_seconds=0.05,
+)
+
+log = logging.getLogger(__name__)
+
+
+def scaled(timings: KarpenterTimings, factor: float) -> KarpenterTimings:
+    """Every delay of ``timings`` multiplied by ``factor``."""
+    return KarpenterTimings(
+        batch_idle_seconds=timings.batch_idle_seconds * factor,
+        batch_max_seconds=timings.batch_max_seconds * factor,
+        requeue_seconds=timings.requeue_seconds * factor,
+        launch_seconds=timings.launch_seconds * factor,
+        register_seconds=timings.register_seconds * factor,
+        initialize_seconds=timings.initialize_seconds * factor,
+    )
+
+
+def fast_controller_config(factor: float = 1.0) -> ControllerConfig:
+    """The e2e tests' controller settings (``Env.controller``), delays times ``factor``."""
+    return ControllerConfig(
+        plan=PlanConfig(
+            trigger=TriggerSettings(namespace=TRIGGERS_NS), default_nodepool=DEFAULT_NODEPOOL
+        ),
+        idle_seconds=0.02 * factor,
+        max_delay_seconds=0.2 * factor,
+        resync_seconds=0.5 * factor,
+    )
+
+
+# --- The workload: pure data. ------------------------------------------------------------
+
+
+def _pod(
+    name: str,
+    *,
+    scheduler: str | None = None,
+    annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    cpu: str = "500m",
+    memory: str = "1Gi",
+    limits: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "c",
+        "image": "example.registry/infer:7",
+        "resources": {"requests": {"cpu": cpu, "memory": memory}},
+    }
+    if limits:
+        container["resources"]["limits"] = dict(limits)
+    spec: dict[str, Any] = {"tolerations": [GPU_TOLERATION], "containers": [container]}
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": dict(labels or {}),
+            "annotations": dict(annotations or {}),
+        },
+        "spec": spec,
+    }
+
+
+def kai_fraction(name: str, model: str, fraction: str, cpu: str = "500m") -> dict[str, Any]:
+    """A KAI pod taking ``fraction`` of a GPU of ``model``, selected by its GFD label."""
+    return _pod(
+        name,
+        scheduler="kai-scheduler",
+        annotations={"gpu-fraction": fraction},
+        labels={"kai.scheduler/queue": "team-a"},
+        node_selector={GFD_PRODUCT: GFD_PRODUCTS[model]},
+        cpu=cpu,
+    )
+
+
+def kai_memory(name: str, mib: int) -> dict[str, Any]:
+    """A KAI pod asking for ``mib`` MiB of one GPU, any model."""
+    return _pod(
+        name,
+        scheduler="kai-scheduler",
+        annotations={"gpu-memory": str(mib)},
+        labels={"kai.scheduler/queue": "team-a"},
+    )
+
+
+def hami(name: str, gputype: str, gpumem: int, gpus: int = 1) -> dict[str, Any]:
+    """A HAMi pod: ``gpus`` vGPUs of ``gpumem`` MiB each, type ``gputype``."""
+    limits = {"nvidia.com/gpumem": str(gpumem)}
+    if gpus > 1:
+        limits["nvidia.com/gpu"] = str(gpus)
+    return _pod(
+        name,
+        scheduler="hami-scheduler",
+        annotations={"nvidia.com/use-gputype": gputype},
+        cpu="1",
+        memory="4Gi",
+        limits=limits,
+    )
+
+
+def tensor_fusion(name: str, model: str, vram: str, count: int = 1) -> dict[str, Any]:
+    """A tensor-fusion pod: ``vram`` per GPU of ``model`` on ``count`` GPUs."""
+    annotations = {
+        "tensor-fusion.ai/gpu-model": model.upper(),
+        "tensor-fusion.ai/vram-request": vram,
+    }
+    if count > 1:
+        annotations["tensor-fusion.ai/gpu-count"] = str(count)
+    return _pod(
+        name,
+        scheduler="tensor-fusion-scheduler",
+        annotations=annotations,
+        labels={"tensor-fusion.ai/enabled": "true"},
+        node_selector={"nvidia.com/gpu.present": "true"},
+        cpu="1",
+        memory="4Gi",
+    )
+
+
+def whole_gpu(name: str, model: str) -> dict[str, Any]:
+    """A native pod: one whole ``nvidia.com/gpu`` of ``model`` (Karpenter serves it)."""
+    return _pod(
+        name,
+        node_selector={GPU_NAME_LABEL: model},
+        cpu="2",
+        memory="8Gi",
+        limits={"nvidia.com/gpu": "1"},
+    )
+
+
+def scenario(copies: int = 1) -> list[dict[str, Any]]:
+    """The mixed workload (see the module docstring), ``copies`` times."""
+    pods: list[dict[str, Any]] = []
+
+    def add(count: int, prefix: str, make: Any, *args: Any) -> None:
+        for _ in range(count * copies):
+            pods.append(make(f"{prefix}-{len(pods):04d}", *args))
+
+    # KAI pods on the KAI-served pools; the a10g pool (gpu-hami) runs HAMi's device plugin
+    # and serves the HAMi pods (a GPU node runs one sharing layer).
+    for model, quarters, halves in (
+        ("t4", 160, 16),
+        ("l4", 160, 16),
+        ("l40s", 48, 8),
+        ("a100", 24, 4),
+    ):
+        add(quarters, f"kai-q-{model}", kai_fraction, model, "0.25")
+        add(halves, f"kai-h-{model}", kai_fraction, model, "0.5", "1")
+    add(8, "kai-mem", kai_memory, 20000)
+    add(24, "hami-a10g", hami, "A10G", 8000)
+    add(24, "hami-a10g-small", hami, "A10G", 6000)
+    add(4, "tf-l40s", tensor_fusion, "l40s", "20Gi")
+    add(4, "tf-l4", tensor_fusion, "l4", "10Gi")
+    add(2, "hami-x2-a10g", hami, "A10G", 10000, 2)
+    add(2, "tf-x2-l4", tensor_fusion, "l4", "10Gi", 2)
+    add(4, "whole-t4", whole_gpu, "t4")
+    return pods
+
+
+# --- The same demand as native whole-GPU pods: pure. --------------------------------------
+
+
+def _cpu_memory(pod: Mapping[str, Any]) -> dict[str, Decimal]:
+    """Summed container cpu (cores) and memory (bytes) requests."""
+    out: dict[str, Decimal] = defaultdict(Decimal)
+    for container in pod["spec"]["containers"]:
+        for key, value in ((container.get("resources") or {}).get("requests") or {}).items():
+            if key in ("cpu", "memory"):
+                out[key] += parse_quantity(value, key)
+    return dict(out)
+
+
+def intent_of(pod: Mapping[str, Any]) -> Intent:
+    """The intent the webhook writes for ``pod`` (raises ValueError if it has none)."""
+    intent = infer_intent(pod)
+    if intent is None:
+        raise ValueError(f"{pod['metadata']['name']}: not a GPU pod")
+    return intent
+
+
+def _native(
+    index: int,
+    gpus: int,
+    resources: Mapping[str, Decimal],
+    *,
+    model: str | None,
+    memory_mib: int | None = None,
+    stands_for: Sequence[str] = (),
+) -> dict[str, Any]:
+    requests = {k: format_quantity(k, v) for k, v in sorted(resources.items())}
+    requests["nvidia.com/gpu"] = str(gpus)
+    spec: dict[str, Any] = {
+        "tolerations": [GPU_TOLERATION],
+        "containers": [
+            {
+                "name": "c",
+                "image": "example.registry/infer:7",
+                "resources": {"requests": requests, "limits": {"nvidia.com/gpu": str(gpus)}},
+            }
+        ],
+    }
+    if model:
+        spec["nodeSelector"] = {GPU_NAME_LABEL: model}
+    if memory_mib:
+        term = {"key": GPU_MEMORY_LABEL, "operator": "Gt", "values": [str(memory_mib - 1)]}
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [term]}]
+                }
+            }
+        }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"native-{index:04d}",
+            "namespace": NAMESPACE,
+            "annotations": {"bench.gpu-intent.io/stands-for": ",".join(stands_for)},
+        },
+        "spec": spec,
+    }
+
+
+def native_pods(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The same demand as native whole-GPU pods (see the module docstring)."""
+    out: list[dict[str, Any]] = []
+    fractional: dict[tuple[str | None, str | None], list[tuple[Decimal, Mapping[str, Any]]]]
+    fractional = defaultdict(list)
+    for pod in pods:
+        intent = intent_of(pod)
+        name = pod["metadata"]["name"]
+        if intent.model is None:  # memory-only: one whole GPU with that much memory
+            out.append(
+                _native(
+                    len(out),
+                    math.ceil(intent.gpus),
+                    _cpu_memory(pod),
+                    model=None,
+                    memory_mib=intent.gpu_memory_mib,
+                    stands_for=[name],
+                )
+            )
+        elif intent.gpus >= 1:
+            out.append(
+                _native(
+                    len(out),
+                    math.ceil(intent.gpus),
+                    _cpu_memory(pod),
+                    model=intent.model,
+                    stands_for=[name],
+                )
+            )
+        else:
+            fractional[(intent.model, intent.pool)].append((intent.gpus, pod))
+    for (model, _pool), group in fractional.items():
+        bins: list[tuple[Decimal, list[Mapping[str, Any]]]] = []
+        for share, pod in sorted(group, key=lambda item: -item[0]):
+            for i, (used, members) in enumerate(bins):
+                if used + share <= 1:
+                    bins[i] = (used + share, [*members, pod])
+                    break
+            else:
+                bins.append((share, [pod]))
+        for _, members in bins:
+            resources: dict[str, Decimal] = defaultdict(Decimal)
+            for member in members:
+                for k, v in _cpu_memory(member).items():
+                    resources[k] += v
+            out.append(
+                _native(
+                    len(out),
+                    1,
+                    resources,
+                    model=model,
+                    stands_for=[m["metadata"]["name"] for m in members],
+                )
+            )
+    return out
+
+
+def demand_gpus(pods: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Per model (``any`` for memory-only pods), ``ceil`` of the pods' summed intents
+    for fractions and whole GPUs otherwise, as `native_pods` writes them."""
+    out: Counter[str] = Counter()
+    for pod in native_pods(pods):
+        model = (pod["spec"].get("nodeSelector") or {}).get(GPU_NAME_LABEL, "any")
+        out[model] += int(pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
+    return dict(sorted(out.items()))
+
+
+# --- Running a side. ----------------------------------------------------------------------
+
+
+class ClaimCounter:
+    """Every object of a kind (default NodeClaims) the sim's store admitted since
+    creation, deleted ones too (the last state seen of each), from a store watch."""
+
+    def __init__(
+        self,
+        cluster: SimCluster,
+        rt: sim_store.ResourceType = sim_store.NODECLAIMS,
+        namespace: str | None = None,
+    ) -> None:
+        self._watcher = cluster.store.watch(rt, namespace)
+        self.created: dict[str, dict[str, Any]] = {}
+        self.deleted: set[str] = set()
+        self._task = asyncio.create_task(self._follow())
+
+    async def _follow(self) -> None:
+        async for event in self._watcher:
+            name = event.obj["metadata"]["name"]
+            if event.type == "DELETED":
+                self.deleted.add(name)
+            else:
+                self.created[name] = event.obj
+
+    async def close(self) -> None:
+        self._watcher.close()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+class LogTally(logging.Handler):
+    """Counts warnings and errors logged by the product and the sim during a run, keeping
+    the first few messages (a benchmark run should log none)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.counts: Counter[str] = Counter()
+        self.first: list[str] = []
+        self.errors: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.counts[record.levelname] += 1
+        if len(self.first) < 5:
+            self.first.append(f"{record.levelname} {record.name}: {record.getMessage()[:300]}")
+        if record.levelno >= logging.ERROR and len(self.errors) < 3:
+            where = ""
+            if record.exc_info and record.exc_info[1] is not None:
+                frames = traceback.extract_tb(record.exc_info[2])[-2:]
+                where = " | " + repr(record.exc_info[1])[:400]
+                where += " at " + "; ".join(f"{f.filename}:{f.lineno} {f.name}" for f in frames)
+            self.errors.append(f"{record.name}: {record.getMessage()[:300]}{where}")
+
+
+@dataclass
+class Side:
+    """A running side: the sim, an API client, and (side A) the controller."""
+
+    cluster: SimCluster
+    api: client.ApiClient
+    claims: ClaimCounter
+    triggers: ClaimCounter
+    controller: Controller | None = None
+    created_at: dict[str, float] = field(default_factory=dict)
+
+
+def example_setup() -> list[dict[str, Any]]:
+    """The examples' Namespaces and NodePools, the pools' GPU limits raised."""
+    docs = []
+    for doc in load_manifests(default_examples()):
+        if doc["kind"] == "Pod":
+            continue
+        doc = copy.deepcopy(doc)
+        if doc["kind"] == "NodePool" and "limits" in doc["spec"]:
+            doc["spec"]["limits"]["nvidia.com/gpu"] = POOL_GPU_LIMIT
+        docs.append(doc)
+    return docs
+
+
+@contextlib.asynccontextmanager
+async def side(
+    workdir: Path,
+    timings: KarpenterTimings,
+    *,
+    controller: ControllerConfig | None,
+    scheduler_resync_seconds: float,
+) -> AsyncIterator[Side]:
+    """A fresh sim with the examples' namespaces and pools; with ``controller`` also the
+    real webhook over TLS and the real controller (running, ready)."""
+    async with SimCluster(
+        workdir / "cluster", karpenter=timings, scheduler_resync_seconds=scheduler_resync_seconds
+    ) as cluster:
+        cfg = await load_configuration(str(cluster.kubeconfig))
+        api = client.ApiClient(configuration=cfg)
+        kube = Kube(client.ApiClient(configuration=cfg))
+        runner = None
+        task: asyncio.Task[None] | None = None
+        claims = ClaimCounter(cluster)
+        triggers = ClaimCounter(cluster, sim_store.PODS, TRIGGERS_NS)
+        try:
+            for doc in example_setup():
+                await apply(api, doc)
+            running = None
+            if controller is not None:
+                tls = write_tls_files(workdir / "webhook", ["localhost"], ["127.0.0.1"])
+                runner = await webhook_server.start(
+                    webhook_server.make_app(),
+                    "127.0.0.1",
+                    0,
+                    webhook_server.ssl_context(str(tls.cert), str(tls.key)),
+                )
+                url = f"https://127.0.0.1:{runner.addresses[0][1]}/mutate"
+                await apply(api, webhook_configuration(url, tls.ca_cert.read_bytes()))
+                running = Controller(kube, controller)
+                task = asyncio.create_task(running.run())
+                await asyncio.wait_for(running.ready.wait(), 30)
+            yield Side(cluster, api, claims, triggers, running)
+            failed = cluster.failed_components()
+            if failed:
+                print(f"  !! sim components failed: {failed}")
+        finally:
+            if task is not None:
+                task.cancel()
+                await bounded(
+                    "controller task cancel", asyncio.gather(task, return_exceptions=True)
+                )
+            await claims.close()
+            await triggers.close()
+            await bounded("controller client close", kube.close())
+            await bounded("client close", api.close())
+            if runner is not None:
+                await bounded("webhook server cleanup", runner.cleanup())
+
+
+#: Shutdown steps of a side that did not finish in time (printed by the benchmarks).
+SHUTDOWN_PROBLEMS: list[str] = []
+
+
+async def bounded(what: str, step: Awaitable[Any], seconds: float = 15.0) -> None:
+    """Await ``step`` for at most ``seconds`` (without waiting for it to be cancelled, as
+    `asyncio.wait_for` would); note it in `SHUTDOWN_PROBLEMS` if it hangs."""
+    future = asyncio.ensure_future(step)
+    _, pending = await asyncio.wait({future}, timeout=seconds)
+    if pending:
+        SHUTDOWN_PROBLEMS.append(f"{what} did not finish within {seconds:g}s")
+
+
+async def create_all(
+    api: client.ApiClient, pods: Sequence[dict[str, Any]], concurrency: int = 8
+) -> None:
+    """Create ``pods`` through the API, ``concurrency`` requests in flight."""
+    queue = list(reversed(pods))
+
+    async def worker() -> None:
+        while queue:
+            await apply(api, queue.pop())
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+def why_unbound(cluster: SimCluster, names: Sequence[str], limit: int = 3) -> list[str]:
+    """For the first ``limit`` of ``names``: the pod's gpu-intent scale-up status and its
+    PodScheduled condition message."""
+    out = []
+    for name in names[:limit]:
+        pod = cluster.store.get(sim_store.PODS, NAMESPACE, name)
+        status = (pod["metadata"].get("annotations") or {}).get("gpu-intent.io/scale-up", "-")
+        condition = next(
+            (
+                c.get("message", "")
+                for c in (pod.get("status") or {}).get("conditions") or ()
+                if c.get("type") == "PodScheduled"
+            ),
+            "-",
+        )
+        out.append(f"{name}: scale-up {status[:300]}; PodScheduled: {condition[:200]}")
+    return out
+
+
+def unbound(cluster: SimCluster, namespace: str = NAMESPACE) -> list[str]:
+    """Names of the pods in ``namespace`` without a node (read from the sim's store)."""
+    items, _ = cluster.store.list(sim_store.PODS, namespace, copy_objects=False)
+    return [p["metadata"]["name"] for p in items if not (p.get("spec") or {}).get("nodeName")]
+
+
+def triggers_left(cluster: SimCluster) -> int:
+    items, _ = cluster.store.list(sim_store.PODS, TRIGGERS_NS, copy_objects=False)
+    return len(items)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one side bought and how far it got."""
+
+    pods: int
+    bound: int
+    claims: int
+    deleted: int
+    not_launched: int
+    gpus: Mapping[str, int]
+    instance_types: Mapping[str, int]
+    cost: Decimal
+    seconds_to_bound: float | None
+    triggers_left: int
+    stuck: Sequence[str]
+    why: Sequence[str] = ()
+    triggers_created: int = 0
+    trigger_gpus: Mapping[str, int] = field(default_factory=dict)
+
+
+def outcome(s: Side, pods: int, bound_after: float | None) -> Outcome:
+    gpus: Counter[str] = Counter()
+    types: Counter[str] = Counter()
+    cost = Decimal(0)
+    not_launched = 0
+    for claim in s.claims.created.values():
+        name = (claim["metadata"].get("labels") or {}).get(INSTANCE_TYPE_LABEL)
+        if not name:
+            not_launched += 1
+            continue
+        it = by_name(name)
+        types[name] += 1
+        cost += it.price
+        if it.gpu_count:
+            gpus[it.gpu_name] += it.gpu_count
+    left = unbound(s.cluster)
+    trigger_gpus: Counter[str] = Counter()
+    for trigger in s.triggers.created.values():
+        requests = trigger["spec"]["containers"][0]["resources"]["requests"]
+        model = (trigger["metadata"].get("annotations") or {}).get("gpu-intent.io/model", "any")
+        trigger_gpus[model] += int(requests.get("nvidia.com/gpu", 0))
+    return Outcome(
+        pods,
+        pods - len(left),
+        len(s.claims.created),
+        len(s.claims.deleted),
+        not_launched,
+        dict(sorted(gpus.items())),
+        dict(sorted(types.items())),
+        cost,
+        bound_after,
+        triggers_left(s.cluster),
+        left,
+        why_unbound(s.cluster, left),
+        len(s.triggers.created),
+        dict(sorted(trigger_gpus.items())),
+    )
+
+
+async def run_side(
+    pods: Sequence[dict[str, Any]],
+    timings: KarpenterTimings,
+    *,
+    controller: ControllerConfig | None,
+    wait_seconds: float,
+    scheduler_resync_seconds: float,
+) -> Outcome:
+    """Create ``pods`` in a fresh sim and wait until all are bound (and, with a
+    controller, no trigger is left), then two max batch windows more."""
+    with tempfile.TemporaryDirectory() as tmp:
+        async with side(
+            Path(tmp),
+            timings,
+            controller=controller,
+            scheduler_resync_seconds=scheduler_resync_seconds,
+        ) as s:
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            await create_all(s.api, pods)
+            done_at = None
+            while loop.time() - start < wait_seconds:
+                if not unbound(s.cluster) and (controller is None or not triggers_left(s.cluster)):
+                    done_at = loop.time() - start
+                    break
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(2 * timings.batch_max_seconds)
+            return outcome(s, len(pods), done_at)
+
+
+# --- Printing. ----------------------------------------------------------------------------
+
+
+def _models(values: Mapping[str, int]) -> str:
+    return ", ".join(f"{m}={n}" for m, n in values.items()) or "-"
+
+
+def print_outcomes(a: Outcome, b: Outcome, demand: Mapping[str, int], timeout: float) -> None:
+    def when(o: Outcome) -> str:
+        return (
+            f"{o.seconds_to_bound:.1f}s"
+            if o.seconds_to_bound is not None
+            else f"NOT within {timeout:.0f}s"
+        )
+
+    rows = [
+        ("pods (demand written as)", f"{a.pods} sharing-layer", f"{b.pods} native whole-GPU"),
+        ("pods bound / total", f"{a.bound}/{a.pods}", f"{b.bound}/{b.pods}"),
+        ("all bound after", when(a), when(b)),
+        ("NodeClaims created", str(a.claims), str(b.claims)),
+        (
+            "  of which deleted / not launched",
+            f"{a.deleted} / {a.not_launched}",
+            f"{b.deleted} / {b.not_launched}",
+        ),
+        ("GPUs bought per model", _models(a.gpus), _models(b.gpus)),
+        ("GPUs bought", str(sum(a.gpus.values())), str(sum(b.gpus.values()))),
+        ("instance types", _models(a.instance_types), _models(b.instance_types)),
+        ("instance cost USD/hour", f"{a.cost:.4f}", f"{b.cost:.4f}"),
+        ("trigger pods created", str(a.triggers_created), "-"),
+        ("GPUs the triggers asked for", _models(a.trigger_gpus), "-"),
+        ("trigger pods left", str(a.triggers_left), "-"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    col = max(len(r[1]) for r in rows)
+    print(f"{'':<{width}}  {'A gpu-intent':<{col}}  B native")
+    for label, x, y in rows:
+        print(f"{label:<{width}}  {x:<{col}}  {y}")
+    print(
+        f"GPU demand (ceil of summed intents per model, whole GPUs per memory-only pod): {_models(demand)}"
+    )
+    ratio = a.cost / b.cost if b.cost else Decimal(0)
+    print(f"cost ratio gpu-intent / native: {ratio:.3f} (target 1.00)")
+    print(
+        f"NodeClaims created by gpu-intent vs needed (native): {a.claims} vs {b.claims} ({a.claims - b.claims:+d})"
+    )
+    for name, o in (("A", a), ("B", b)):
+        if o.stuck:
+            print(f"  {name}: {len(o.stuck)} pods never bound, e.g. {', '.join(o.stuck[:5])}")
+            for line in o.why:
+                print(f"    {line}")
+
+
+async def main_async(scale: float, wait_seconds: float, copies: int) -> None:
+    tally = LogTally()
+    logging.getLogger().addHandler(tally)
+    try:
+        pods = scenario(copies)
+        natives = native_pods(pods)
+        demand = demand_gpus(pods)
+        timings = scaled(FAST, scale)
+        kinds = Counter(p["metadata"]["name"].rsplit("-", 1)[0] for p in pods)
+        print(
+            f"{len(pods)} GPU pods in namespace {NAMESPACE} ({', '.join(f'{k} {n}' for k, n in kinds.items())});"
+            f" native: {len(natives)} whole-GPU pods"
+        )
+        print(
+            f"Karpenter timings: e2e FAST x {scale:g} (batch {timings.batch_idle_seconds:g}s idle /"
+            f" {timings.batch_max_seconds:g}s max, NodeClaim Ready"
+            f" {timings.launch_seconds + timings.register_seconds + timings.initialize_seconds:g}s after creation);"
+            f" NodePool GPU limits raised to {POOL_GPU_LIMIT}"
+        )
+        wall = time.perf_counter()
+        a = await run_side(
+            pods,
+            timings,
+            controller=fast_controller_config(scale),
+            wait_seconds=wait_seconds,
+            scheduler_resync_seconds=0.1 * scale,
+        )
+        wall_a = time.perf_counter() - wall
+        b = await run_side(
+            natives,
+            timings,
+            controller=None,
+            wait_seconds=wait_seconds,
+            scheduler_resync_seconds=0.1 * scale,
+        )
+        wall_b = time.perf_counter() - wall - wall_a
+        print_outcomes(a, b, demand, wait_seconds)
+        print(f"wall time: A {wall_a:.1f}s, B {wall_b:.1f}s, total {wall_a + wall_b:.1f}s")
+        if SHUTDOWN_PROBLEMS:
+            print(f"!! shutdown: {'; '.join(SHUTDOWN_PROBLEMS)}")
+        if tally.counts:
+            print(f"logged during the runs: {dict(tally.counts)}")
+            for line in tally.first + tally.errors:
+                print(f"  {line}")
+    finally:
+        logging.getLogger().removeHandler(tally)
+
+
+def run(scale: float = 2.0, timeout: float = 120.0, copies: int = 1) -> None:
+    """Run both sides one after the other and print the comparison."""
+    asyncio.run(main_async(scale, timeout, copies))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--scale", type=float, default=2.0, help="multiply the fast timings")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per side")
+    parser.add_argument("--copies", type=int, default=1, help="workload copies")
+    args = parser.parse_args()
+    run(args.scale, args.timeout, args.copies)
+
+
+if __name__ == "__main__":
+    main()
