@@ -585,8 +585,9 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
                 deletes.append(DeleteTrigger(trigger.ref, reason))
                 continue
             _tell_progress(trigger, claim, bins, pods_served, key.pool, stamp, tell, deletes)
-    going = {d.ref for d in deletes}
-    marks = tuple(m for m in marks if m.ref not in going)  # no status patch on a deleted pod
+    going = {d.ref for d in deletes}  # no patch on a pod this pass deletes
+    marks = tuple(m for m in marks if m.ref not in going)
+    link_actions = tuple(link for link in link_actions if link.ref not in going)
     return Plan(link_actions, tuple(statuses), tuple(deletes), tuple(creates), demand, marks)
 
 
