@@ -34,7 +34,7 @@ asked for. Printed side by side with the ratio cost(A)/cost(B) (target 1.00) and
 NodeClaims created (A) vs needed (B); pods left unbound are named with their scale-up
 status and scheduler message, and warnings and errors logged during the runs are counted.
 
-**Timings**: the e2e tests' fast Karpenter (``tests/e2e_support.py`` ``FAST``: batch
+**Timings**: the e2e tests' fast Karpenter (`sim.nodeclaims.FAST_TIMINGS`: batch
 0.2 s idle / 1 s max, requeue 2 s, NodeClaim Ready 0.2 s after creation) and controller
 (0.02 s idle, 0.2 s max debounce, 0.5 s resync), all multiplied by ``scale`` (default 2,
 for headroom on a loaded 2-core machine); they keep Karpenter's real ratio to the
@@ -73,7 +73,7 @@ from gpu_intent.quantity import parse_quantity
 from sim import store as sim_store
 from sim.catalog import by_name, format_quantity
 from sim.cluster import SimCluster
-from sim.nodeclaims import KarpenterTimings
+from sim.nodeclaims import FAST_TIMINGS, KarpenterTimings
 from webhook import server as webhook_server
 from webhook.inference import infer_intent
 
@@ -97,30 +97,7 @@ GFD_PRODUCTS: Final = {
     "a100": "NVIDIA-A100-SXM4-40GB",
 }
 
-#: ``tests/e2e_support.py`` ``FAST``: Karpenter fast enough for a test, keeping the real
-#: ratio of its batch windows to the controller's debounce (`controller_config`).
-FAST: Final = KarpenterTimings(
-    batch_idle_seconds=0.2,
-    batch_max_seconds=1.0,
-    requeue_seconds=2.0,
-    launch_seconds=0.05,
-    register_seconds=0.1,
-    initialize_seconds=0.05,
-)
-
 log = logging.getLogger(__name__)
-
-
-def scaled(timings: KarpenterTimings, factor: float) -> KarpenterTimings:
-    """Every delay of ``timings`` multiplied by ``factor``."""
-    return KarpenterTimings(
-        batch_idle_seconds=timings.batch_idle_seconds * factor,
-        batch_max_seconds=timings.batch_max_seconds * factor,
-        requeue_seconds=timings.requeue_seconds * factor,
-        launch_seconds=timings.launch_seconds * factor,
-        register_seconds=timings.register_seconds * factor,
-        initialize_seconds=timings.initialize_seconds * factor,
-    )
 
 
 def fast_controller_config(factor: float = 1.0) -> ControllerConfig:
@@ -741,7 +718,7 @@ async def main_async(scale: float, wait_seconds: float, copies: int) -> None:
         pods = scenario(copies)
         natives = native_pods(pods)
         demand = demand_gpus(pods)
-        timings = scaled(FAST, scale)
+        timings = FAST_TIMINGS.scaled(scale)
         kinds = Counter(p["metadata"]["name"].rsplit("-", 1)[0] for p in pods)
         print(
             f"{len(pods)} GPU pods in namespace {NAMESPACE} ({', '.join(f'{k} {n}' for k, n in kinds.items())});"

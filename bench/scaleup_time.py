@@ -1,13 +1,10 @@
 """Time to a node: how long a sharing-layer pod waits for its node through gpu-intent,
 against a native whole-GPU pod that Karpenter provisions for by itself.
 
-**Timings** (`EKS`, estimates): Karpenter's real batch windows (1 s idle, 10 s max) and
-pod requeue (10 s), and a NodeClaim about 60 s from creation to Ready: launch 5 s
-(CreateFleet and instance start), register 45 s (boot and kubelet join; the EKS team
-measured node registration at about 39 s for a c5.xlarge in awslabs/amazon-eks-ami#1099,
-and GPU AMIs boot slower), initialize 10 s (node Ready and the NVIDIA device plugin
-advertising ``nvidia.com/gpu``). These are estimates, not measurements of this project.
-``--scale`` multiplies every delay (Karpenter's and the controller's debounce, resync and
+**Timings** (`sim.nodeclaims.EKS_TIMINGS`, the demo's ``--timings eks``, estimates with
+their sources there): Karpenter's real batch windows (1 s idle, 10 s max) and pod requeue
+(10 s), and a NodeClaim about 60 s from creation to Ready (launch 2 s, register 38 s,
+initialize 20 s). ``--scale`` multiplies every delay (Karpenter's and the controller's debounce, resync and
 cover) by one factor to shorten the run; the ratio is what matters and the output says
 which factor was used.
 
@@ -47,17 +44,8 @@ from gpu_intent.demo import apply
 from sim import store as sim_store
 from sim.catalog import by_name
 from sim.cluster import SimCluster
-from sim.nodeclaims import KarpenterTimings
+from sim.nodeclaims import EKS_TIMINGS, KarpenterTimings
 
-#: EKS-like Karpenter (see the module docstring; launch/register/initialize are estimates).
-EKS: Final = KarpenterTimings(
-    batch_idle_seconds=1.0,
-    batch_max_seconds=10.0,
-    requeue_seconds=10.0,
-    launch_seconds=5.0,
-    register_seconds=45.0,
-    initialize_seconds=10.0,
-)
 BURST_PODS: Final = 500
 BURST_RATE: Final = 100.0
 
@@ -256,7 +244,7 @@ async def main_async(factor: float, burst: bool) -> None:
     tally = cost.LogTally()
     logging.getLogger().addHandler(tally)
     try:
-        timings = cost.scaled(EKS, factor)
+        timings = EKS_TIMINGS.scaled(factor)
         ready = timings.launch_seconds + timings.register_seconds + timings.initialize_seconds
         print(
             f"Karpenter timings: EKS-like estimates x {factor:g}: batch {timings.batch_idle_seconds:g}s idle /"

@@ -24,6 +24,7 @@ The sim also plays the kubelet, device plugin (HAMi's on nodes its DaemonSet sel
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import logging
@@ -97,6 +98,31 @@ class KarpenterTimings:
     launch_seconds: float = 1.0
     register_seconds: float = 2.0
     initialize_seconds: float = 1.0
+
+    def scaled(self, factor: float) -> KarpenterTimings:
+        """Every delay multiplied by ``factor``."""
+        return KarpenterTimings(*(getattr(self, f.name) * factor for f in dataclasses.fields(self)))
+
+
+#: Fast enough for tests and benchmarks, keeping Karpenter's real ratio to the controller's
+#: reaction (Karpenter: 1 s batch idle, 10 s requeue; controller: 0.1 s debounce; the
+#: tests' controller debounces 0.02 s): a sharing layer may bind the real pod beside a
+#: trigger, and the controller must act before Karpenter's next batch closes.
+FAST_TIMINGS = KarpenterTimings(
+    batch_idle_seconds=0.2,
+    batch_max_seconds=1.0,
+    requeue_seconds=2.0,
+    launch_seconds=0.05,
+    register_seconds=0.1,
+    initialize_seconds=0.05,
+)
+#: EKS-like NodeClaim delays, about 60 s from creation to Ready, with Karpenter's default
+#: batching: launch 2 s (the EC2 instance exists about 1 s after the request), register
+#: 38 s (kubelet registration measured at 39 s, awslabs/amazon-eks-ami#1099; "about
+#: 30-40s" to Ready, aws/karpenter-provider-aws#6165), initialize 20 s (node Ready plus
+#: the NVIDIA device plugin advertising nvidia.com/gpu; an estimate). Users expect Ready
+#: "in about 60 seconds" (aws/karpenter-provider-aws#3102).
+EKS_TIMINGS = KarpenterTimings(launch_seconds=2.0, register_seconds=38.0, initialize_seconds=20.0)
 
 
 @dataclass(frozen=True)

@@ -17,22 +17,10 @@ from controller.reconciler import Controller, ControllerConfig
 from controller.triggers import TriggerSettings
 from sim import store as sim_store
 from sim.cluster import SimCluster
-from sim.nodeclaims import KarpenterTimings
+from sim.nodeclaims import FAST_TIMINGS
 
-#: Karpenter with windows and lifecycle delays short enough for tests (seconds), keeping
-#: the real ratio to the controller's reaction (Karpenter: 1 s batch idle, 10 s requeue;
-#: controller: 0.1 s debounce; the tests' controller debounces 0.02 s). The ordering
-#: matters: when a sharing layer binds the real pod beside the still-unbound trigger, the
-#: scheduler's update of the trigger re-triggers Karpenter, and the controller must have
-#: deleted the trigger before that batch closes (see "Known limits" in the README).
-FAST = KarpenterTimings(
-    batch_idle_seconds=0.2,
-    batch_max_seconds=1.0,
-    requeue_seconds=2.0,
-    launch_seconds=0.05,
-    register_seconds=0.1,
-    initialize_seconds=0.05,
-)
+#: Karpenter fast enough for tests (see `sim.nodeclaims.FAST_TIMINGS`).
+FAST = FAST_TIMINGS
 TRIGGERS_NS = "gpu-intent-system"
 
 

@@ -28,7 +28,7 @@ from sim.karpenter import (
     solve,
 )
 from sim.kubelet import SimKubelet
-from sim.nodeclaims import ExistingNode, existing_nodes
+from sim.nodeclaims import EKS_TIMINGS, FAST_TIMINGS, ExistingNode, existing_nodes
 from sim.scheduler import SimScheduler
 from sim.store import (
     EVENTS,
@@ -884,3 +884,15 @@ async def test_with_the_sim_scheduler_the_pod_runs_on_the_provisioned_node() -> 
         await asyncio.gather(*tasks, return_exceptions=True)
     [the_node] = objects(store, NODES)
     assert running_pod[0]["spec"]["nodeName"] == the_node["metadata"]["name"]
+
+
+def test_timings_scale_every_delay_and_eks_takes_about_a_minute_to_ready() -> None:
+    half = EKS_TIMINGS.scaled(0.5)
+    assert (half.batch_idle_seconds, half.requeue_seconds, half.register_seconds) == (
+        0.5,
+        5.0,
+        19.0,
+    )
+    ready = EKS_TIMINGS.launch_seconds + EKS_TIMINGS.register_seconds
+    assert 55 <= ready + EKS_TIMINGS.initialize_seconds <= 65
+    assert FAST_TIMINGS.batch_idle_seconds / FAST_TIMINGS.requeue_seconds == 0.1

@@ -44,16 +44,13 @@ from gpu_intent.demo.report import (
 )
 from gpu_intent.intent import TRIGGER_LABEL
 from sim.cluster import SimCluster
-from sim.nodeclaims import KarpenterTimings
+from sim.nodeclaims import EKS_TIMINGS, KarpenterTimings
 from webhook import server as webhook_server
 
 log = logging.getLogger(__name__)
 
-#: NodeClaim lifecycle delays by ``--timings`` name (seconds; see the module docstring).
-TIMINGS: Final[Mapping[str, KarpenterTimings]] = {
-    "fast": KarpenterTimings(),
-    "eks": KarpenterTimings(launch_seconds=2.0, register_seconds=38.0, initialize_seconds=20.0),
-}
+#: NodeClaim lifecycle delays by ``--timings`` name (seconds; sources in `sim.nodeclaims`).
+TIMINGS: Final[Mapping[str, KarpenterTimings]] = {"fast": KarpenterTimings(), "eks": EKS_TIMINGS}
 
 
 async def _follow(
