@@ -432,6 +432,15 @@ class LogTally(logging.Handler):
                 where += " at " + "; ".join(f"{f.filename}:{f.lineno} {f.name}" for f in frames)
             self.errors.append(f"{record.name}: {record.getMessage()[:300]}{where}")
 
+    def report(self) -> None:
+        """Print shutdown problems and what was logged (nothing when the run was clean)."""
+        if SHUTDOWN_PROBLEMS:
+            print(f"!! shutdown: {'; '.join(SHUTDOWN_PROBLEMS)}")
+        if self.counts:
+            print(f"logged during the runs: {dict(self.counts)}")
+            for line in self.first + self.errors:
+                print(f"  {line}")
+
 
 @dataclass
 class Side:
@@ -749,12 +758,7 @@ async def main_async(scale: float, wait_seconds: float, copies: int) -> None:
         wall_b = time.perf_counter() - wall - wall_a
         print_outcomes(a, b, demand, wait_seconds)
         print(f"wall time: A {wall_a:.1f}s, B {wall_b:.1f}s, total {wall_a + wall_b:.1f}s")
-        if SHUTDOWN_PROBLEMS:
-            print(f"!! shutdown: {'; '.join(SHUTDOWN_PROBLEMS)}")
-        if tally.counts:
-            print(f"logged during the runs: {dict(tally.counts)}")
-            for line in tally.first + tally.errors:
-                print(f"  {line}")
+        tally.report()
     finally:
         logging.getLogger().removeHandler(tally)
 

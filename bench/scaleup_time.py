@@ -266,12 +266,7 @@ async def main_async(factor: float, burst: bool) -> None:
                 wait_seconds,
             )
         print(f"wall time: {time.perf_counter() - wall:.1f}s")
-        if cost.SHUTDOWN_PROBLEMS:
-            print(f"!! shutdown: {'; '.join(cost.SHUTDOWN_PROBLEMS)}")
-        if tally.counts:
-            print(f"logged during the runs: {dict(tally.counts)}")
-            for line in tally.first + tally.errors:
-                print(f"  {line}")
+        tally.report()
     finally:
         logging.getLogger().removeHandler(tally)
 
