@@ -280,8 +280,8 @@ class TriggerInfo:
     """A trigger pod this controller created (both ownership labels present).
 
     ``cpu_millis``/``memory_bytes``: what it requests (millicores, bytes).
-    ``marked_unschedulable``: it carries ``PodScheduled`` reason ``Unschedulable`` (what
-    makes Karpenter provision for it); ``condition_reason``: that condition's reason. ``binding``: a scheduler may bind it (it is not
+    ``condition_reason``: the reason of its ``PodScheduled`` condition (``Unschedulable``
+    makes Karpenter provision for it). ``binding``: a scheduler may bind it (it is not
     a non-binding trigger, see `controller.triggers`).
     """
 
@@ -296,7 +296,6 @@ class TriggerInfo:
     deleting: bool
     cpu_millis: int = 0
     memory_bytes: int = 0
-    marked_unschedulable: bool = False
     binding: bool = True
     min_memory_mib: int = 0
     condition_reason: str | None = None
@@ -587,7 +586,6 @@ def parse_trigger(obj: Mapping[str, Any]) -> TriggerInfo | None:
         deleting=bool(meta.get("deletionTimestamp")),
         cpu_millis=cpu,
         memory_bytes=memory,
-        marked_unschedulable=karpenter.unschedulable_condition(obj) is not None,
         binding=spec.get("schedulerName") != NON_BINDING_SCHEDULER,
         min_memory_mib=max(min_memory, 0),
         condition_reason=next(
