@@ -720,11 +720,11 @@ def print_outcomes(a: Outcome, b: Outcome, demand: Mapping[str, int], timeout: f
                 print(f"    {line}")
 
 
-async def main_async(scale: float, wait_seconds: float, copies: int) -> None:
+async def main_async(scale: float, wait_seconds: float, copies: int, only: str = "") -> None:
     tally = LogTally()
     logging.getLogger().addHandler(tally)
     try:
-        pods = scenario(copies)
+        pods = [p for p in scenario(copies) if p["metadata"]["name"].startswith(only)]
         natives = native_pods(pods)
         demand = demand_gpus(pods)
         timings = FAST_TIMINGS.scaled(scale)
@@ -763,9 +763,10 @@ async def main_async(scale: float, wait_seconds: float, copies: int) -> None:
         logging.getLogger().removeHandler(tally)
 
 
-def run(scale: float = 2.0, timeout: float = 120.0, copies: int = 1) -> None:
-    """Run both sides one after the other and print the comparison."""
-    asyncio.run(main_async(scale, timeout, copies))
+def run(scale: float = 2.0, timeout: float = 120.0, copies: int = 1, only: str = "") -> None:
+    """Run both sides one after the other and print the comparison (``only``: the pods
+    whose name starts with it)."""
+    asyncio.run(main_async(scale, timeout, copies, only))
 
 
 def main() -> None:
@@ -773,8 +774,9 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=2.0, help="multiply the fast timings")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per side")
     parser.add_argument("--copies", type=int, default=1, help="workload copies")
+    parser.add_argument("--only", default="", help="only the pods whose name starts with this")
     args = parser.parse_args()
-    run(args.scale, args.timeout, args.copies)
+    run(args.scale, args.timeout, args.copies, args.only)
 
 
 if __name__ == "__main__":
