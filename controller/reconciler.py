@@ -234,14 +234,20 @@ class Controller:
         await self._each(read, self.state.left())
 
     async def reconcile_once(self) -> Plan:
-        """One pass: read back pods that left the pending set, snapshot, plan, apply.
-        Returns the plan applied."""
+        """One pass: snapshot, plan, apply, then read back pods that left the pending set
+        (their final statuses go out in the next pass). The reads come last: a pod that
+        left needs no trigger whatever the read says, and a burst of bindings must not
+        delay deleting the triggers they made unneeded (Karpenter would buy for a trigger
+        that outlives its pods by a batch window). Returns the plan applied."""
         started = time.perf_counter()
-        await self._read_left()
         snapshot = self.state.snapshot(self.now())
         decided = plan(snapshot, self.config.plan)
         if decided:
             await self.apply(decided)
+        if self.state.left():
+            await self._read_left()
+            if self.state.owes_final_status():
+                self._poked.set()
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         self._observe(snapshot.pods, decided)
         return decided

@@ -179,6 +179,10 @@ class ClusterState:
         for key in [k for k, (_, since) in self._covers.items() if since < before]:
             del self._covers[key]
 
+    def owes_final_status(self) -> bool:
+        """Whether bound pods are owed a final status (the next pass writes it)."""
+        return bool(self._bound)
+
     def forget_scheduled(self, key: Key) -> None:
         """The bound pod's final status is written (or it is gone)."""
         self._bound.pop(key, None)
