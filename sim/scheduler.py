@@ -206,9 +206,10 @@ def _fit(info: _PodInfo, node: _NodeInfo) -> _Status | None:
     if reasons:
         return _Status(tuple(reasons), unresolvable)
     if info.demand is not None and info.demand.layer == "hami" and not node.hami:
-        # HAMi's scheduler knows only the devices its device plugin registered on the
-        # node (the hami.io/node-nvidia-register annotation); a GPU node without HAMi's
-        # device plugin (see `sim.hami`) has none for it.
+        # HAMi's scheduler knows only the devices its device plugin registers in node
+        # annotations (hami.io/node-nvidia-register, refreshed every 30 s; a node that
+        # stops registering is unavailable: Project-HAMi/HAMi docs/develop/protocol.md);
+        # a GPU node without HAMi's device plugin (see `sim.hami`) has none for it.
         return _Status(("NodeInsufficientDevice",), False)
     if info.demand is not None and node.places_devices(info):
         placed = gpushare.place(info.demand, node.devices, node.gpu_used)
