@@ -82,7 +82,7 @@ class Informer:
                     field_selector=spec.field_selector,
                     keep=self.state.keeper(spec.kind),
                 )
-                self.state.replace(spec.kind, items)
+                self.state.replace(spec.kind, items, kept=True)
                 self.synced.set()
                 self.on_change()
                 log.debug(

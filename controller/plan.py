@@ -463,7 +463,7 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
     # Pods of one workload share their pool choice and constraints: decide each once.
     pools_for: dict[tuple[str | None, str | None, int | None], tuple[NodePoolInfo | None, str]]
     pools_for = {}
-    unmet_for: dict[tuple[str, object, object], str | bool | None] = {}
+    unmet_for: dict[tuple[str, object, object], str | None] = {}
     for pod in snapshot.pods:  # order-free: packing sorts what it packs
         if isinstance(pod, InvalidPod):
             message = f"ignoring this pod: its gpu-intent annotations do not parse: {pod.error}"
@@ -489,8 +489,9 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
         pool, why = resolved
         if pool is not None:
             constraints = (pool.name, pod.node_selector, pod.affinity_terms)
-            if (unmet := unmet_for.get(constraints, False)) is False:
-                unmet = unmet_for[constraints] = unmet_constraint(pod, pool)
+            if constraints not in unmet_for:
+                unmet_for[constraints] = unmet_constraint(pod, pool)
+            unmet = unmet_for[constraints]
             if unmet is not None:
                 pool, why = None, f"no node Karpenter can make will run this pod: {unmet}"
         if pool is None:

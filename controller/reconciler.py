@@ -225,7 +225,7 @@ class Controller:
 
         async def read(key: tuple[str, str]) -> None:
             try:
-                current = await self._write("read", self.kube.get_pod(*key))
+                current = await self.kube.get_pod(*key)  # a read: not in the writes metric
             except KubeError as e:
                 log.warning("reading pod %s/%s after it left the pending set: %s", *key, e)
                 return  # stays in state.left(): read again next pass

@@ -105,17 +105,18 @@ class ClusterState:
         return slim_pod(obj) if kind == PENDING_PODS else obj
 
     def keeper(self, kind: str) -> Callable[[Obj], Obj]:
-        """What the cache will keep of a ``kind`` object, for a list to apply to each
-        item as it arrives (so a large list is never held in full); `replace` accepts
-        kept objects as they are."""
-        return slim_pod if kind == PENDING_PODS else (lambda obj: obj)
+        """What the cache will keep of a ``kind`` object (`_kept`), for a list to apply
+        to each item as it arrives, so a large list is never held in full; pass
+        ``kept=True`` to `replace` then."""
+        return lambda obj: self._kept(kind, obj)
 
-    def replace(self, kind: str, items: Iterable[Obj]) -> None:
-        """A (re)list: the cache for ``kind`` becomes exactly ``items``. A relist is
+    def replace(self, kind: str, items: Iterable[Obj], *, kept: bool = False) -> None:
+        """A (re)list: the cache for ``kind`` becomes exactly ``items`` (``kept``: they
+        already went through `keeper`). A relist is
         newer than every write we made before it, so expectations are dropped. Pending
         pods that vanished in the relist left the pending set as if a DELETED had come
         (client-go's DeltaFIFO ``Replace`` emits those deletes too)."""
-        fresh = {key_of(obj): self._kept(kind, obj) for obj in items}
+        fresh = {key_of(obj): obj if kept else self._kept(kind, obj) for obj in items}
         if kind == PENDING_PODS:
             for key, obj in self._objects[kind].items():
                 if key not in fresh:
