@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from gpu_intent.quantity import parse_quantity
 from sim import nodeclaims as lifecycle
+from sim.affinity import anti_affinity_conflict
 from sim.catalog import CATALOG, InstanceType, format_resources, offering_requirements
 from sim.events import EventRecorder
 from sim.nodeclaims import ExistingNode, KarpenterTimings, Lifecycle
@@ -47,7 +48,7 @@ from sim.requirements import (
     validate_pod,
 )
 from sim.scheduling import pod_requests, tolerates
-from sim.store import NODECLAIMS, NODEPOOLS, NODES, PODS, ApiError, Store
+from sim.store import NAMESPACES, NODECLAIMS, NODEPOOLS, NODES, PODS, ApiError, Store
 
 __all__ = [
     "Batcher",
@@ -196,13 +197,15 @@ class Snapshot:
     """What one provisioning pass decides from: ``pods`` pending (provisionable and
     valid), ``nodepools`` Ready and not deleting, ``existing`` capacity (Nodes and
     in-flight NodeClaims, taken before the pods, as ``Provisioner.Schedule`` does), and
-    whether errors use the v1.0-v1.3 wording (see the module docstring)."""
+    whether errors use the v1.0-v1.3 wording (see the module docstring), and the labels
+    of each namespace (for pod anti-affinity ``namespaceSelector`` terms, `sim.affinity`)."""
 
     pods: Sequence[Obj]
     nodepools: Sequence[Obj]
     existing: Sequence[ExistingNode] = ()
     catalog: Sequence[InstanceType] = CATALOG
     legacy_messages: bool = False
+    namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -268,6 +271,7 @@ class _Solver:
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.legacy = snapshot.legacy_messages
+        self.namespace_labels = snapshot.namespace_labels
         self.templates: list[_Template] = []
         pools = sorted(
             snapshot.nodepools,
@@ -338,6 +342,8 @@ class _Solver:
                 _untolerated(ex.node.taints, tolerations) is None
                 and fits(requests, ex.remaining)
                 and ex.requirements.compatible(reqs) is None
+                and anti_affinity_conflict(pod, (*ex.node.pods, *ex.pods), self.namespace_labels)
+                is None
             ):
                 ex.pods.append(pod)
                 # ExistingNode.Add: resources.Subtract, over the node's resources only.
@@ -349,6 +355,8 @@ class _Solver:
             total = _merge(claim.requests, requests)
             if not any(fits(total, _allocatable(it)) for it in claim.instance_types):
                 continue  # full: a cheap early exit (in-flight failures are never reported)
+            if anti_affinity_conflict(pod, claim.pods, self.namespace_labels) is not None:
+                continue  # Topology.AddRequirements: this hostname domain is taken
             added = self._can_add(
                 claim.taints,
                 claim.requirements,
@@ -603,8 +611,14 @@ class KarpenterSim:
         if not pools:
             log.info("no nodepools found")
             return
+        namespaces = {
+            n["metadata"]["name"]: n["metadata"].get("labels") or {}
+            for n in self._store.list(NAMESPACES, copy_objects=False)[0]
+        }
         results = solve(
-            Snapshot(pending, list(pools.values()), existing, self._catalog, self._legacy)
+            Snapshot(
+                pending, list(pools.values()), existing, self._catalog, self._legacy, namespaces
+            )
         )
         by_key = {_pod_key(p): p for p in pending}
         for key, error in results.errors.items():

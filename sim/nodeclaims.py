@@ -45,6 +45,7 @@ from sim.store import (
     NODECLAIMS,
     NODEPOOLS,
     NODES,
+    PODS,
     AlreadyExists,
     ApiError,
     NotFound,
@@ -140,6 +141,8 @@ class ExistingNode:
     initialized: bool
     nodeclaim: str | None = None
     node: str | None = None
+    #: The non-terminal pods bound to the node (what pod anti-affinity counts).
+    pods: tuple[Obj, ...] = ()
 
 
 def parse_resources(resources: Obj | None) -> dict[str, Decimal]:
@@ -177,9 +180,11 @@ def existing_nodes(
     ephemeral and startup taints are ignored and its allocatable and capacity are the
     Node's, zero or missing values filled from the NodeClaim's estimate."""
     used: dict[str, dict[str, Decimal]] = {}
+    bound: dict[str, list[Obj]] = {}
     for pod in pods:
         node_name = (pod.get("spec") or {}).get("nodeName")
         if node_name and not is_terminal(pod):
+            bound.setdefault(node_name, []).append(pod)
             try:
                 requests = pod_requests(pod)
             except ValueError:
@@ -203,12 +208,12 @@ def existing_nodes(
             else node["metadata"].get("deletionTimestamp")
         )
         if not deleting:
-            out.append(_state_node(node, claim, used))
+            out.append(_state_node(node, claim, used, bound))
     for claim in nodeclaims:
         if claim["metadata"]["name"] not in joined and not claim["metadata"].get(
             "deletionTimestamp"
         ):
-            out.append(_state_node(None, claim, used))
+            out.append(_state_node(None, claim, used, bound))
     return out
 
 
@@ -222,7 +227,10 @@ def _fill(node_values: Obj | None, claim_values: Obj | None) -> dict[str, Decima
 
 
 def _state_node(
-    node: Obj | None, claim: Obj | None, used: Mapping[str, Mapping[str, Decimal]]
+    node: Obj | None,
+    claim: Obj | None,
+    used: Mapping[str, Mapping[str, Decimal]],
+    bound: Mapping[str, Sequence[Obj]],
 ) -> ExistingNode:
     node_labels = ((node or {}).get("metadata") or {}).get("labels") or {}
     registered = claim is None or node_labels.get("karpenter.sh/registered") == "true"
@@ -264,6 +272,7 @@ def _state_node(
         initialized,
         claim["metadata"]["name"] if claim else None,
         name if node else None,
+        tuple(bound.get(name, ())),
     )
 
 
@@ -445,6 +454,45 @@ def _ready_condition(ready: bool, stamp: str) -> dict[str, str]:
         "message": message,
         "lastHeartbeatTime": stamp,
         "lastTransitionTime": stamp,
+    }
+
+
+#: Namespace of the DaemonSet pods every node runs (kube-proxy, the CNI, the GPU device
+#: plugin); it never opts in to gpu-intent.
+SYSTEM_NAMESPACE = "kube-system"
+
+
+def device_plugin_pod(node: Obj, now: datetime) -> dict[str, Any]:
+    """The GPU device plugin's DaemonSet pod, bound to ``node`` as the DaemonSet controller
+    binds it once the Node exists (``pkg/controller/daemon``: it sets ``nodeName``
+    through node affinity on ``metadata.name``): HAMi's on nodes its DaemonSet selects
+    (`sim.hami.runs_hami`), NVIDIA's elsewhere. Every real node runs such pods (and
+    kube-proxy, the CNI); they are what makes a node "one that runs pods" for required
+    pod anti-affinity (`sim.affinity`). No requests, so no capacity is taken."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    app = "hami-device-plugin" if hami.runs_hami(labels) else "nvidia-device-plugin-daemonset"
+    name = str(node["metadata"]["name"])
+    return {
+        "metadata": {
+            "generateName": f"{app}-",
+            "namespace": SYSTEM_NAMESPACE,
+            "labels": {"app.kubernetes.io/name": app},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "DaemonSet",
+                    "name": app,
+                    "uid": hashlib.sha256(app.encode()).hexdigest()[:32],
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "nodeName": name,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "plugin", "image": f"registry.example/{app}:1"}],
+        },
+        "status": {"phase": "Running", "startTime": rfc3339(now)},
     }
 
 
@@ -703,6 +751,10 @@ class Lifecycle:
                 self._store.mutate(
                     NODES, None, name, _setter("status", node["status"]), subresource="status"
                 )
+            try:
+                self._store.create(PODS, device_plugin_pod(node, self._now()))
+            except NotFound:  # a bare store without kube-system: no DaemonSets either
+                log.debug("no namespace %s: node %s runs no DaemonSet pod", SYSTEM_NAMESPACE, name)
         self._set_status(claim, {"nodeName": node["metadata"]["name"]}, "Registered")
         log.info("registered %s as node %s", _describe(claim), node["metadata"]["name"])
         return True
