@@ -260,9 +260,10 @@ class Kube:
             raise
 
     async def create_pod(self, namespace: str, body: Mapping[str, Any]) -> Obj:
-        name = body.get("metadata", {}).get("generateName", "")
+        meta = body.get("metadata", {})
+        name = meta.get("name") or f"{meta.get('generateName', '')}*"
         return await self._call(
-            f"creating pod {namespace}/{name}*",
+            f"creating pod {namespace}/{name}",
             self.core.create_namespaced_pod,
             namespace,
             dict(body),

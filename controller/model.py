@@ -38,6 +38,18 @@ ANNOTATION_SERVES = f"{DOMAIN}/serves"
 ANNOTATION_SELECTOR = f"{DOMAIN}/selector"
 #: Label on NodeClaims and NodePools naming the pool (karpenter pkg/apis/v1/labels.go).
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
+#: Node label key of the *marker* each trigger carries in its required node affinity:
+#: ``gpu-intent.io/trigger-name NotIn [<trigger name>]``. No node has this label, so the
+#: term never restricts where the trigger fits (Karpenter allows ``NotIn`` on keys no
+#: NodePool defines: ``Requirements.Compatible``, pkg/scheduling/requirements.go).
+#: Karpenter merges the requirements of every pod it packs into a new NodeClaim into
+#: that NodeClaim's ``spec.requirements`` (``NodeClaim.Add`` then
+#: ``NodeClaimTemplate.ToNodeClaim``, pkg/controllers/provisioning/scheduling/), where
+#: NotIn values of one key add up: a NodeClaim created for triggers ``a`` and ``b``
+#: carries ``gpu-intent.io/trigger-name NotIn [a b]``. That is the evidence linking a
+#: trigger to the NodeClaim bought for it, present from the NodeClaim's creation and
+#: not rate limited as Karpenter's ``Nominated`` events are.
+TRIGGER_MARKER_KEY = f"{DOMAIN}/trigger-name"
 
 
 def parse_time(value: object) -> datetime | None:
@@ -259,6 +271,19 @@ class NodeClaimInfo:
     node_name: str | None
     conditions: Mapping[str, str]
     deleting: bool
+    #: Names of the trigger pods whose `TRIGGER_MARKER_KEY` marker this NodeClaim's
+    #: requirements carry: the triggers Karpenter bought it for.
+    marked: frozenset[str] = frozenset()
+    #: Whole GPUs of the instance launched (``status.capacity["nvidia.com/gpu"]``, set
+    #: by Karpenter at launch from the instance type); 0 while unknown.
+    gpu_capacity: Decimal = Decimal(0)
+    #: When the ``Ready`` condition turned True (its ``lastTransitionTime``), if it is.
+    ready_since: datetime | None = None
+
+    @property
+    def gpus(self) -> Decimal:
+        """GPUs this NodeClaim brings: its capacity once launched, else what it requests."""
+        return self.gpu_capacity or self.gpu_requests
 
     @property
     def ready(self) -> bool:
@@ -537,17 +562,30 @@ def parse_nodeclaim(obj: Mapping[str, Any]) -> NodeClaimInfo:
     status = obj.get("status") or {}
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     requests = (spec.get("resources") or {}).get("requests") or {}
+    requirements = parse_requirements(spec.get("requirements"))
     try:
         gpus = parse_gpus(str(requests.get("nvidia.com/gpu", "0")))
     except IntentError:
         gpus = Decimal(0)
+    try:
+        capacity = parse_gpus(str((status.get("capacity") or {}).get("nvidia.com/gpu", "0")))
+    except IntentError:
+        capacity = Decimal(0)
+    ready_since = next(
+        (
+            parse_time(c.get("lastTransitionTime"))
+            for c in status.get("conditions") or []
+            if isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+        ),
+        None,
+    )
     return NodeClaimInfo(
         name=str(meta.get("name", "")),
         pool=labels.get(NODEPOOL_LABEL),
         created=parse_time(meta.get("creationTimestamp")),
         gpu_requests=gpus,
         labels=labels,
-        requirements=parse_requirements(spec.get("requirements")),
+        requirements=requirements,
         node_name=status.get("nodeName") or None,
         conditions={
             str(c.get("type")): str(c.get("status"))
@@ -555,6 +593,14 @@ def parse_nodeclaim(obj: Mapping[str, Any]) -> NodeClaimInfo:
             if isinstance(c, Mapping)
         },
         deleting=bool(meta.get("deletionTimestamp")),
+        marked=frozenset(
+            v
+            for r in requirements
+            if r.key == TRIGGER_MARKER_KEY and r.operator == "NotIn"
+            for v in r.values
+        ),
+        gpu_capacity=capacity,
+        ready_since=ready_since,
     )
 
 

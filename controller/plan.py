@@ -39,7 +39,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from controller import karpenter
@@ -57,7 +57,7 @@ from controller.model import (
     TriggerInfo,
     parse_time,
 )
-from controller.triggers import LINKED_REASON, TriggerSettings, trigger_pod
+from controller.triggers import LINKED_REASON, TriggerSettings, trigger_name, trigger_pod
 from gpu_intent.intent import format_gpus
 
 # Phases of the scale-up status annotation (see model.ScaleUpStatus).
@@ -106,6 +106,8 @@ class Snapshot:
     #: NodeReady covers the executor set when it deleted a trigger (pod ``(namespace,
     #: name)`` -> (NodeClaim, when)): they hold even if the status write failed.
     covers: Mapping[tuple[str, str], tuple[str, datetime]] = field(default_factory=dict)
+    #: GPUs of the pods we served found bound, by node name (see `held_covers`).
+    used: Mapping[str, Decimal] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,15 +266,16 @@ def resolve_pool(
     return (explicit or implicit)[0], ""
 
 
-def _covered(
+def _cover_of(
     pod: PendingPod,
     claims: Mapping[str, NodeClaimInfo],
     covers: Mapping[tuple[str, str], tuple[str, datetime]],
     now: datetime,
     cover: float,
-) -> bool:
-    """Whether the pod was told NodeReady (in its status annotation, or by the executor's
-    own record) less than ``cover`` seconds ago, on a NodeClaim that is still Ready."""
+) -> tuple[str, datetime] | None:
+    """The NodeClaim the pod was told NodeReady on (in its status annotation, or by the
+    executor's own record) less than ``cover`` seconds ago, if it is still Ready, and
+    when; None when no such cover holds."""
     marks: list[tuple[str, datetime]] = []
     status = pod.status
     if status is not None and status.phase == NODE_READY and status.node_claim:
@@ -285,8 +288,83 @@ def _covered(
         claim = claims.get(claim_name)
         ready = claim is not None and claim.ready and not claim.deleting
         if ready and now - since < timedelta(seconds=cover):
-            return True
-    return False
+            return claim_name, since
+    return None
+
+
+def held_covers(
+    pods: Iterable[PendingPod],
+    claims: Mapping[str, NodeClaimInfo],
+    covers: Mapping[tuple[str, str], tuple[str, datetime]],
+    used: Mapping[str, Decimal],
+    now: datetime,
+    cover: float,
+) -> tuple[set[PodRef], dict[str, Decimal]]:
+    """The pods whose NodeReady cover still holds (left to their scheduler, out of
+    planning), and the GPUs still free on the NodeClaims bought for our triggers that
+    turned Ready less than ``cover`` seconds ago (name -> GPUs), for other pods.
+
+    A NodeClaim's room is its GPUs (`NodeClaimInfo.gpus`) minus ``used`` (GPUs of the
+    pods we served found bound to its node, by node name). A cover holds for ``cover``
+    seconds while its NodeClaim is Ready, and only as far as that room goes: the pods'
+    schedulers place whichever pending pods they like, so when others took the GPUs a
+    covered pod was told about, the pods left over (latest covered first) count as
+    demand again at once instead of waiting out the cover. What the held covers leave
+    of a recent NodeClaim's room is free capacity Karpenter bought for us: pending
+    pods that fit there are sent to it before any trigger is made (`plan`). Pure."""
+    window = timedelta(seconds=cover)
+    room: dict[str, Decimal] = {}
+
+    def room_of(claim: NodeClaimInfo) -> Decimal:
+        if claim.name not in room:
+            room[claim.name] = claim.gpus - used.get(claim.node_name or "", Decimal(0))
+        return room[claim.name]
+
+    by_claim: dict[str, list[tuple[datetime, PendingPod]]] = defaultdict(list)
+    for pod in pods:
+        if (mark := _cover_of(pod, claims, covers, now, cover)) is not None:
+            by_claim[mark[0]].append((mark[1], pod))
+    held: set[PodRef] = set()
+    for name, marked in by_claim.items():
+        claim = claims[name]
+        for _, pod in sorted(marked, key=lambda m: (m[0], m[1].ref)):
+            if pod.intent.gpus <= room_of(claim):
+                held.add(pod.ref)
+                room[name] -= pod.intent.gpus
+    free = {
+        c.name: room_of(c)
+        for c in claims.values()
+        if c.marked
+        and c.ready
+        and not c.deleting
+        and c.ready_since is not None
+        and now - c.ready_since < window
+    }
+    return held, {name: gpus for name, gpus in free.items() if gpus > 0}
+
+
+def _claim_hosts(claim: NodeClaimInfo, key: GroupKey, pod: PendingPod, config: PlanConfig) -> bool:
+    """Whether ``pod`` of group ``key`` can run on ``claim``'s node: its pool, the
+    group's model, GPU memory and copied selector, and the pod's own node selector and
+    required node affinity, checked against the NodeClaim's labels (a key the NodeClaim
+    does not carry is taken as satisfiable, as for `unmet_constraint`)."""
+    settings = config.trigger
+    if claim.pool != key.pool:
+        return False
+    if key.model and not claim.admits(settings.gpu_name_label, key.model):
+        return False
+    if key.min_memory_mib:
+        try:
+            if int(claim.labels.get(settings.gpu_memory_label, "0")) < key.min_memory_mib:
+                return False
+        except ValueError:
+            return False
+    if not all(claim.admits(k, v) for k, v in (*key.selector, *pod.node_selector)):
+        return False
+    return not pod.affinity_terms or any(
+        all(r.key not in claim.labels or r.admits(claim.labels[r.key]) for r in term)
+        for term in pod.affinity_terms
+    )
 
 
 #: Label domains that agents running on GPU nodes set once the node has joined (NVIDIA
@@ -396,18 +474,30 @@ def link_claims(
     """The NodeClaim each live trigger belongs to, by evidence only (None: not known).
 
     In order: the NodeClaim of the node a binding trigger is bound to
-    (``status.nodeName``); the link recorded on the trigger, while that NodeClaim exists
-    and is not being deleted; Karpenter's ``Nominated`` event naming the trigger (same
-    uid) and an existing NodeClaim whose ``nvidia.com/gpu`` requests are not already held
-    by triggers linked to it. Creation order is never evidence: a NodeClaim of the same
-    pool may well be one Karpenter made for another pod.
+    (``status.nodeName``); the NodeClaim whose requirements carry the trigger's marker
+    (`controller.model.TRIGGER_MARKER_KEY`: Karpenter bought it for this trigger; the
+    newest such NodeClaim not being deleted); the link recorded on the trigger, while
+    that NodeClaim exists and is not being deleted; Karpenter's ``Nominated`` event
+    naming the trigger (same uid) and an existing NodeClaim whose ``nvidia.com/gpu``
+    requests are not already held by triggers linked to it. Creation order is never
+    evidence: a NodeClaim of the same pool may well be one Karpenter made for another
+    pod. Markers are matched by trigger name: triggers live in one namespace.
     """
     by_node = {c.node_name: c for c in claims.values() if c.node_name}
+    by_marker: dict[str, NodeClaimInfo] = {}
+    for marked in sorted(
+        (c for c in claims.values() if c.marked and not c.deleting),
+        key=lambda c: (c.created or datetime.min.replace(tzinfo=UTC), c.name),
+    ):
+        for name in marked.marked:
+            by_marker[name] = marked  # the newest wins: an older one failed or went away
     links: dict[PodRef, str | None] = {}
     nominated_only: list[tuple[TriggerInfo, NodeClaimInfo]] = []
     used: dict[str, int] = defaultdict(int)
     for trigger in triggers:
-        claim = by_node.get(trigger.node_name or "")
+        claim: NodeClaimInfo | None = by_node.get(trigger.node_name or "")
+        if claim is None:
+            claim = by_marker.get(trigger.ref.name)
         if claim is None:
             recorded = claims.get(trigger.node_claim or "")
             claim = recorded if recorded is not None and not recorded.deleting else None
@@ -464,6 +554,14 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
     pools_for: dict[tuple[str | None, str | None, int | None], tuple[NodePoolInfo | None, str]]
     pools_for = {}
     unmet_for: dict[tuple[str, object, object], str | None] = {}
+    held, free = held_covers(
+        (p for p in snapshot.pods if isinstance(p, PendingPod) and not is_native(p)),
+        claims,
+        snapshot.covers,
+        snapshot.used,
+        now,
+        config.cover_seconds,
+    )
     for pod in snapshot.pods:  # order-free: packing sorts what it packs
         if isinstance(pod, InvalidPod):
             message = f"ignoring this pod: its gpu-intent annotations do not parse: {pod.error}"
@@ -481,7 +579,7 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
                 Event("Normal", "NativeProvisioning", message),
             )
             continue
-        if _covered(pod, claims, snapshot.covers, now, config.cover_seconds):
+        if pod.ref in held:
             continue
         where = (pod.intent.pool, pod.intent.model, pod.intent.gpu_memory_mib)
         if (resolved := pools_for.get(where)) is None:
@@ -503,6 +601,10 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
             continue
         memory = pod.intent.gpu_memory_mib if pod.intent.model is None else None
         groups[GroupKey(pool.name, pod.intent.model, pod.selector, memory or 0)].append(pod)
+
+    for key in sorted(groups, key=GroupKey.sort_key):
+        if free:
+            groups[key] = _send_to_free(groups[key], key, free, claims, config, stamp, tell)
 
     claim_of_node = {c.node_name: c.name for c in claims.values() if c.node_name}
     for done in snapshot.scheduled:
@@ -567,6 +669,7 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
                 pool,
                 refs,
                 config.trigger,
+                name=trigger_name(key, refs, stamp),
                 cpu_millis=bin_.cpu_millis,
                 memory_bytes=bin_.memory_bytes,
             )
@@ -590,6 +693,48 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
     marks = tuple(m for m in marks if m.ref not in going)
     link_actions = tuple(link for link in link_actions if link.ref not in going)
     return Plan(link_actions, tuple(statuses), tuple(deletes), tuple(creates), demand, marks)
+
+
+def _send_to_free(
+    pods: list[PendingPod],
+    key: GroupKey,
+    free: dict[str, Decimal],
+    claims: Mapping[str, NodeClaimInfo],
+    config: PlanConfig,
+    stamp: str,
+    tell: Callable[[PendingPod, ScaleUpStatus, Event | None], None],
+) -> list[PendingPod]:
+    """Send the group's pods that fit the free GPUs of recent NodeClaims (``free``, see
+    `held_covers`; consumed here) to them: they are told ``NodeReady`` on that NodeClaim
+    and left to their scheduler. Largest need first, first NodeClaim (by name) with
+    room; a pod that states GPU memory needs whole GPUs. Returns the pods left to plan."""
+    left: list[PendingPod] = []
+    order = sorted(pods, key=lambda p: (-p.intent.gpus, p.created or datetime.min, p.ref))
+    for pod in order:
+        need = pod.intent.gpus
+        if pod.intent.gpu_memory_mib:
+            need = Decimal(math.ceil(need))
+        name = next(
+            (
+                n
+                for n in sorted(free)
+                if free[n] >= need and _claim_hosts(claims[n], key, pod, config)
+            ),
+            None,
+        )
+        if name is None:
+            left.append(pod)
+            continue
+        free[name] -= need
+        claim = claims[name]
+        node = claim.node_name or "(unknown)"
+        message = (
+            f"NodeClaim {name} is Ready as node {node} with GPUs free for this pod; "
+            "left to the pod's scheduler"
+        )
+        status = ScaleUpStatus(NODE_READY, message, None, name, claim.node_name, stamp)
+        tell(pod, status, Event("Normal", "NodeReady", message))
+    return left
 
 
 class _Capacity:

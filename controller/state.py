@@ -15,8 +15,10 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, TypeVar, cast
 
+from controller import karpenter
 from controller.model import (
     InvalidPod,
     Nomination,
@@ -31,7 +33,15 @@ from controller.model import (
     slim_pod,
 )
 from controller.plan import Snapshot
-from gpu_intent.intent import ANNOTATION_SCALE_UP, INJECT_LABEL, INJECT_VALUE, is_trigger
+from gpu_intent.intent import (
+    ANNOTATION_GPUS,
+    ANNOTATION_SCALE_UP,
+    INJECT_LABEL,
+    INJECT_VALUE,
+    Intent,
+    IntentError,
+    is_trigger,
+)
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +102,9 @@ class ClusterState:
         self._bound: dict[Key, Obj] = {}
         #: NodeReady covers set when a trigger was deleted: pod -> (NodeClaim, when).
         self._covers: dict[Key, tuple[str, datetime]] = {}
+        #: GPUs (the intents' ``gpus``) of the pods we were scaling up for, by the node
+        #: they were found bound to: what of a new node's GPUs they took.
+        self._used: dict[str, Decimal] = {}
         #: Pods in namespaces that did not opt in, already logged once.
         self._ignored: set[Key] = set()
         #: Parsed values by kind and key: (resourceVersion, generation, value).
@@ -150,12 +163,17 @@ class ClusterState:
         *previous* object, without the nodeName it may just have got (kube-apiserver's
         cache_watcher.go convertToWatchEvent, REFERENCE.md section 6), so whether it was
         bound or deleted is learned by reading it (`left`, `resolve_left`). Only pods we
-        were scaling up for are remembered, at most `MAX_SCHEDULED`."""
+        were scaling up for are remembered, at most `MAX_SCHEDULED`: those told a tracked
+        phase, and Unschedulable GPU pods not told anything yet (their status may still
+        be on its way; where they went counts in `ClusterState.used`)."""
         if len(self._left) + len(self._bound) >= MAX_SCHEDULED:
             return
-        raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SCALE_UP)
-        status = ScaleUpStatus.from_annotation(raw)
-        if status is not None and status.phase in TRACKED_PHASES:
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        status = ScaleUpStatus.from_annotation(annotations.get(ANNOTATION_SCALE_UP))
+        if status is None:
+            if ANNOTATION_GPUS in annotations and karpenter.is_provisionable(obj):
+                self._left[key] = obj
+        elif status.phase in TRACKED_PHASES:
             self._left[key] = obj
 
     def left(self) -> list[Key]:
@@ -164,10 +182,22 @@ class ClusterState:
 
     def resolve_left(self, key: Key, current: Obj | None) -> None:
         """What reading a `left` pod returned: the pod as it is now, or None when it is
-        gone. A bound pod is owed a final status; any other is forgotten."""
+        gone. A bound pod's GPUs count as used on its node, and one told a tracked phase
+        is owed a final status; any other is forgotten."""
         self._left.pop(key, None)
-        if current is not None and (current.get("spec") or {}).get("nodeName"):
+        node = (current or {}).get("spec", {}).get("nodeName")
+        if current is None or not node:
+            return
+        annotations = (current.get("metadata") or {}).get("annotations") or {}
+        status = ScaleUpStatus.from_annotation(annotations.get(ANNOTATION_SCALE_UP))
+        if status is not None and status.phase in TRACKED_PHASES:
             self._bound[key] = current
+        try:
+            intent = Intent.from_annotations(annotations)
+        except IntentError:
+            intent = None
+        if intent is not None:
+            self._used[node] = self._used.get(node, Decimal(0)) + intent.gpus
 
     def cover(self, keys: Iterable[Key], node_claim: str, since: datetime) -> None:
         """Record that these pods were left to their scheduler on ``node_claim`` at
@@ -291,8 +321,19 @@ class ClusterState:
             else:
                 triggers.append(trigger)
         scheduled = [ScheduledPod.parse(obj) for _, obj in sorted(self._bound.items())]
+        if len(self._used) > 2 * len(nodeclaims) + 100:  # forget nodes long gone
+            nodes = {c.node_name for c in nodeclaims.values() if c.node_name}
+            self._used = {node: gpus for node, gpus in self._used.items() if node in nodes}
         return Snapshot(
-            pods, triggers, nodeclaims, nodepools, now, scheduled, nominations, dict(self._covers)
+            pods,
+            triggers,
+            nodeclaims,
+            nodepools,
+            now,
+            scheduled,
+            nominations,
+            dict(self._covers),
+            dict(self._used),
         )
 
     def _log_ignored(self, namespace: str, name: str) -> None:

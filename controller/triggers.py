@@ -8,6 +8,8 @@ privileges. Purely computational: `trigger_pod` returns the JSON body to create.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import math
 import re
@@ -20,6 +22,7 @@ from controller.model import (
     ANNOTATION_SERVES,
     NODEPOOL_LABEL,
     NON_BINDING_SCHEDULER,
+    TRIGGER_MARKER_KEY,
     GroupKey,
     NodePoolInfo,
     PodRef,
@@ -29,6 +32,8 @@ from gpu_intent.intent import (
     ANNOTATION_GPUS,
     ANNOTATION_MODEL,
     ANNOTATION_POOL,
+    INJECT_LABEL,
+    INJECT_VALUE,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     TRIGGER_LABEL,
@@ -92,6 +97,24 @@ def _dns_label(text: str) -> str:
     return cleaned[:20].rstrip("-") or "x"
 
 
+def trigger_name(group: GroupKey, serves: Sequence[PodRef], stamp: str) -> str:
+    """The name of the trigger for ``group`` standing for ``serves``, created at ``stamp``
+    (RFC 3339, seconds): ``gi-<pool>-<model>-<10 base32 characters>`` (at most 55
+    characters, a DNS-1123 label and a label value), the suffix a hash of all three.
+
+    The controller names triggers itself instead of using ``generateName``, so that the
+    name is known before the create: it goes into the trigger's NodeClaim marker
+    (`controller.model.TRIGGER_MARKER_KEY`), and a create retried after an unknown
+    outcome cannot make a second trigger (the API server answers 409 AlreadyExists).
+    Pure."""
+    text = "\n".join(
+        [*map(str, group.sort_key()), stamp, *(f"{r}/{r.uid}" for r in sorted(serves))]
+    )
+    digest = hashlib.sha256(text.encode()).digest()
+    suffix = base64.b32encode(digest).decode().lower()[:10]
+    return f"gi-{_dns_label(group.pool)}-{_dns_label(group.model or 'any')}-{suffix}"
+
+
 def tolerations_for(pool: NodePoolInfo) -> list[dict[str, Any]]:
     """Tolerations for exactly the pool's ``taints`` (not ``startupTaints``: Karpenter
     does not require pods to tolerate those, karpenter pkg/apis/v1/nodepool.go)."""
@@ -108,6 +131,34 @@ def tolerations_for(pool: NodePoolInfo) -> list[dict[str, Any]]:
         out.append(toleration)
     return out
 
+
+#: Required pod anti-affinity of a non-binding trigger: no node that runs a pod of a
+#: namespace that did not opt in to gpu-intent. Every node runs such pods (the GPU
+#: device plugin's DaemonSet, kube-proxy, the CNI, in kube-system and the like) once it
+#: has joined; a NodeClaim still on its way runs none. The pods a trigger stands for are
+#: Unschedulable: their own scheduler (HAMi's, KAI's, ...) already found no room on the
+#: nodes that exist, even where Karpenter's simulation sees free ``nvidia.com/gpu`` (a
+#: HAMi node advertises 10 per GPU, so one whose card memory is full still fits a 1-GPU
+#: trigger, REFERENCE.md section 3). With this term Karpenter counts only NodeClaims
+#: still coming up as room for a trigger and buys a node otherwise (kubernetes-sigs/
+#: karpenter topology.go: required anti-affinity counts the pods bound to each node in
+#: the namespaces the ``namespaceSelector`` selects). Pods of opted-in namespaces are
+#: not selected, so the pods Karpenter sees as CPU pods (KAI, tensor-fusion) may still
+#: share a new node with the trigger (anti-affinity is symmetric). Triggers never bind,
+#: so the term affects no other pod's scheduling.
+NEW_NODES_ONLY: dict[str, Any] = {
+    "requiredDuringSchedulingIgnoredDuringExecution": [
+        {
+            "topologyKey": "kubernetes.io/hostname",
+            "namespaceSelector": {
+                "matchExpressions": [
+                    {"key": INJECT_LABEL, "operator": "NotIn", "values": [INJECT_VALUE]}
+                ]
+            },
+            "labelSelector": {},
+        }
+    ]
+}
 
 #: ``PodScheduled`` reason of a non-binding trigger whose NodeClaim is known: anything but
 #: ``Unschedulable`` makes Karpenter stop provisioning for it (IsProvisionable reads the
@@ -155,18 +206,23 @@ def trigger_pod(
     serves: Sequence[PodRef],
     settings: TriggerSettings,
     *,
+    name: str,
     cpu_millis: int = 0,
     memory_bytes: int = 0,
 ) -> dict[str, Any]:
     """The Pod body of one trigger for ``gpus`` whole GPUs of ``group``.
 
-    Shape: ``metadata.generateName`` ``gi-<pool>-<model>-`` in ``settings.namespace``,
+    Shape: ``metadata.name`` ``name`` (see `trigger_name`) in ``settings.namespace``,
     ownership labels (`gpu_intent.intent.TRIGGER_LABEL`, ``app.kubernetes.io/managed-by``)
     plus ``hami.io/webhook: ignore``; annotations recording pool, model, GPUs, the copied
     selector and the pods served; ``nodeSelector`` with ``karpenter.sh/nodepool``, the
     model label when the group has a model, and the group's copied selector entries;
-    for a group with ``min_memory_mib``, required node affinity ``<gpu_memory_label> Gt
-    min-1`` (and the annotation ``gpu-intent.io/gpu-memory``);
+    required node affinity with one term: the marker ``gpu-intent.io/trigger-name NotIn
+    [name]`` (`controller.model.TRIGGER_MARKER_KEY`: it names this trigger in the
+    requirements of the NodeClaim Karpenter buys for it) and, for a group with
+    ``min_memory_mib``, ``<gpu_memory_label> Gt min-1`` (and the annotation
+    ``gpu-intent.io/gpu-memory``); for a non-binding trigger, the required pod
+    anti-affinity `NEW_NODES_ONLY`;
     tolerations for the pool's taints; one pause container requesting ``gpus`` of
     ``nvidia.com/gpu`` (requests = limits, as Kubernetes requires for extended resources)
     and ``cpu_millis``/``memory_bytes`` (the pods' own, at least the settings' minimum);
@@ -225,31 +281,33 @@ def trigger_pod(
         spec["priorityClassName"] = settings.priority_class
     if not settings.binding:
         spec["schedulerName"] = NON_BINDING_SCHEDULER
+    expressions: list[dict[str, Any]] = [
+        {"key": TRIGGER_MARKER_KEY, "operator": "NotIn", "values": [name]}
+    ]
     if group.min_memory_mib:
         # Gt needs node affinity (a nodeSelector only says equals): Karpenter then picks
         # the cheapest instance type whose GPUs have at least that much memory.
-        spec["affinity"] = {
-            "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [
-                        {
-                            "matchExpressions": [
-                                {
-                                    "key": settings.gpu_memory_label,
-                                    "operator": "Gt",
-                                    "values": [str(group.min_memory_mib - 1)],
-                                }
-                            ]
-                        }
-                    ]
-                }
+        expressions.append(
+            {
+                "key": settings.gpu_memory_label,
+                "operator": "Gt",
+                "values": [str(group.min_memory_mib - 1)],
+            }
+        )
+    spec["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": expressions}]
             }
         }
+    }
+    if not settings.binding:
+        spec["affinity"]["podAntiAffinity"] = NEW_NODES_ONLY
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "generateName": f"gi-{_dns_label(group.pool)}-{_dns_label(group.model or 'any')}-",
+            "name": name,
             "namespace": settings.namespace,
             "labels": {
                 TRIGGER_LABEL: TRIGGER_LABEL_VALUE,

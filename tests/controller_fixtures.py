@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -113,17 +114,24 @@ def nodeclaim(
     launched: bool = False,
     node: str | None = None,
     deleting: bool = False,
+    marked: Sequence[str] = (),
 ) -> dict[str, Any]:
+    """A NodeClaim as Karpenter stores it; ``marked``: trigger names whose markers it
+    carries (the triggers it was bought for)."""
     requirements: list[dict[str, Any]] = [
         {"key": "karpenter.sh/nodepool", "operator": "In", "values": [pool]}
     ]
+    if marked:
+        requirements.append(
+            {"key": "gpu-intent.io/trigger-name", "operator": "NotIn", "values": sorted(marked)}
+        )
     if model:
         requirements.append(
             {"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In", "values": [model]}
         )
     conditions = [
         {"type": "Launched", "status": "True" if launched or ready else "Unknown"},
-        {"type": "Ready", "status": "True" if ready else "Unknown"},
+        {"type": "Ready", "status": "True" if ready else "Unknown", "lastTransitionTime": created},
     ]
     meta: dict[str, Any] = {
         "name": name,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -39,7 +40,7 @@ from controller.plan import (
     pack,
     plan,
 )
-from controller.triggers import TriggerSettings, condition_patch, trigger_pod
+from controller.triggers import TriggerSettings, condition_patch, trigger_name, trigger_pod
 
 NOW = datetime(2026, 11, 21, 12, 0, 5, tzinfo=UTC)
 LATER = "2026-11-21T12:00:02Z"
@@ -280,6 +281,47 @@ def test_trigger_is_linked_only_by_karpenters_nomination_never_by_creation_order
     ]
     assert result.statuses[0].status.phase == PROVISIONING
     assert result.statuses[0].status.node_claim == "gpu-standard-old"
+
+
+def test_the_nodeclaim_carrying_a_triggers_marker_is_its_link_without_any_event() -> None:
+    """Karpenter copies the trigger's marker requirement into the NodeClaim it buys for
+    it: that is evidence from the NodeClaim's creation on, even when no Nominated event
+    came (they are rate limited), and it outranks a nomination onto another NodeClaim."""
+    pods = [gpu_pod("a", "1", model="l4"), gpu_pod("b", "1", model="l4")]
+    first = plan(snapshot(pods), CONFIG)
+    triggers = [live_trigger(first, 0, name="gi-1"), live_trigger(first, 1, name="gi-2")]
+    bought = nodeclaim("nc-for-both", "gpu-standard", gpus=2, model="l4", marked=["gi-1", "gi-2"])
+    other = nodeclaim("nc-other", "gpu-standard", model="l4", marked=["gi-9"])
+    snap = snapshot(pods, triggers=triggers, claims=[bought, other])
+    snap = replace(snap, nominations={key(triggers[0]): nominated(triggers[0], "nc-other")})
+    result = plan(snap, CONFIG)
+    assert sorted((link.ref.name, link.node_claim) for link in result.links) == [
+        ("gi-1", "nc-for-both"),
+        ("gi-2", "nc-for-both"),
+    ]
+    assert {m.node_claim for m in result.marks} == {"nc-for-both"}  # Karpenter: hands off
+    assert {(s.status.phase, s.status.node_claim) for s in result.statuses} == {
+        (PROVISIONING, "nc-for-both")
+    }
+    # A marked NodeClaim being deleted is no link; a newer one marking the trigger wins.
+    gone = nodeclaim(
+        "nc-for-both", "gpu-standard", gpus=2, model="l4", deleting=True, marked=["gi-1", "gi-2"]
+    )
+    retry = nodeclaim(
+        "nc-retry",
+        "gpu-standard",
+        gpus=1,
+        model="l4",
+        marked=["gi-1"],
+        created="2026-11-21T12:00:04Z",
+    )
+    older = nodeclaim("nc-older", "gpu-standard", gpus=1, model="l4", marked=["gi-1"])
+    again = plan(snapshot(pods, triggers=triggers, claims=[gone, retry, older]), CONFIG)
+    assert [(link.ref.name, link.node_claim) for link in again.links] == [("gi-1", "nc-retry")]
+    assert {(m.ref.name, m.node_claim) for m in again.marks} == {
+        ("gi-1", "nc-retry"),
+        ("gi-2", None),
+    }
 
 
 def test_a_nomination_of_a_previous_pod_with_the_same_name_is_no_evidence() -> None:
@@ -550,6 +592,63 @@ def test_a_trigger_whose_nodeclaim_is_on_its_way_is_kept_until_ready() -> None:
     ]
 
 
+def test_covers_hold_only_as_far_as_the_nodeclaims_gpus_have_room() -> None:
+    """Four quarter pods told NodeReady on a 1-GPU NodeClaim: while half of its GPU went
+    to a pod found bound there, only the two first covered stay covered; the other two
+    count as demand again (a trigger) instead of waiting out the cover."""
+    claim = nodeclaim("nc-1", "gpu-standard", model="l4", ready=True, node="n1")
+    pods = [gpu_pod(n, "0.25", model="l4") for n in "abcd"]
+    covers = {("ml", n): ("nc-1", NOW - timedelta(seconds=10 - i)) for i, n in enumerate("abcd")}
+    snap = replace(snapshot(pods, claims=[claim]), covers=covers)
+    assert plan(snap, CONFIG).creates == ()  # the whole GPU is still free
+    busy = plan(replace(snap, used={"n1": Decimal("0.5")}), CONFIG)
+    assert [sorted(r.name for r in c.serves) for c in busy.creates] == [["c", "d"]]
+    assert plan(replace(snap, used={"n2": Decimal(1)}), CONFIG).creates == ()  # other node
+    full = plan(replace(snap, used={"n1": Decimal(1)}), CONFIG)
+    assert [sorted(r.name for r in c.serves) for c in full.creates] == [["a", "b", "c", "d"]]
+
+
+def test_free_gpus_of_a_nodeclaim_bought_for_us_take_pending_pods_before_any_trigger() -> None:
+    """A 2-GPU NodeClaim bought for our triggers turned Ready 5 s ago; 0.5 of it went to
+    a pod found bound there. Pending quarter pods of its pool and model fill the 1.5
+    GPUs left (told NodeReady on it) and only the rest get a trigger. A NodeClaim that
+    is not ours, of another model, or Ready longer than the cover period takes none."""
+    ours = nodeclaim(
+        "nc-1",
+        "gpu-standard",
+        gpus=2,
+        model="l4",
+        ready=True,
+        node="n1",
+        marked=["gi-old"],
+        created="2026-11-21T12:00:00Z",
+    )
+    pods = [gpu_pod(f"p{i}", "0.25", model="l4") for i in range(8)]
+    snap = replace(snapshot(pods, claims=[ours]), used={"n1": Decimal("0.5")})
+    result = plan(snap, CONFIG)
+    ready = [s for s in result.statuses if s.status.phase == NODE_READY]
+    assert len(ready) == 6 and {s.status.node_claim for s in ready} == {"nc-1"}
+    assert [len(c.serves) for c in result.creates] == [2]  # 0.5 GPU left: one trigger
+    assert {r.name for c in result.creates for r in c.serves}.isdisjoint(s.ref.name for s in ready)
+    for other in (
+        nodeclaim("nc-2", "gpu-standard", gpus=2, model="l4", ready=True, node="n2"),
+        nodeclaim("nc-3", "gpu-standard", gpus=2, model="t4", ready=True, node="n3", marked=["x"]),
+        nodeclaim(
+            "nc-4",
+            "gpu-standard",
+            gpus=2,
+            model="l4",
+            ready=True,
+            node="n4",
+            marked=["x"],
+            created="2026-11-21T11:58:00Z",
+        ),
+    ):
+        alone = plan(snapshot(pods, claims=[other]), CONFIG)
+        assert [len(c.serves) for c in alone.creates] == [4, 4]
+        assert not [s for s in alone.statuses if s.status.phase == NODE_READY]
+
+
 def test_a_cover_the_executor_holds_works_without_the_status_annotation() -> None:
     claim = nodeclaim("nc-1", "gpu-standard", model="l4", ready=True, node="n1")
     pod = gpu_pod("a", "1", model="l4")
@@ -568,11 +667,22 @@ def test_trigger_pod_spec_is_what_karpenter_understands() -> None:
             taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
         )
     )
-    body = trigger_pod(GroupKey("gpu-standard", "l4"), 2, pool, [PodRef("ml", "a")], CONFIG.trigger)
+    group, serves = GroupKey("gpu-standard", "l4"), [PodRef("ml", "a", "u-a")]
+    name = trigger_name(group, serves, T0)
+    body = trigger_pod(group, 2, pool, serves, CONFIG.trigger, name=name)
     meta, spec = body["metadata"], body["spec"]
-    assert meta["namespace"] == "gpu-intent-system" and meta["generateName"].startswith(
-        "gi-gpu-standard-l4-"
-    )
+    assert meta["namespace"] == "gpu-intent-system" and meta["name"] == name
+    assert re.fullmatch(r"gi-gpu-standard-l4-[a-z2-7]{10}", name)
+    # The marker: the NodeClaim Karpenter buys for this trigger will name it.
+    assert spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [
+            {
+                "matchExpressions": [
+                    {"key": "gpu-intent.io/trigger-name", "operator": "NotIn", "values": [name]}
+                ]
+            }
+        ]
+    }
     assert meta["labels"] == {
         "gpu-intent.io/trigger": "true",
         "app.kubernetes.io/managed-by": "gpu-intent",
@@ -590,8 +700,42 @@ def test_trigger_pod_spec_is_what_karpenter_understands() -> None:
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert spec["automountServiceAccountToken"] is False
+    # Non-binding: only NodeClaims that run no pod of a namespace that did not opt in
+    # count as room (a full HAMi node runs its device plugin's pod).
+    assert spec["affinity"]["podAntiAffinity"] == {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "topologyKey": "kubernetes.io/hostname",
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {"key": "gpu-intent.io/inject", "operator": "NotIn", "values": ["enabled"]}
+                    ]
+                },
+                "labelSelector": {},
+            }
+        ]
+    }
+    binding = trigger_pod(group, 2, pool, serves, replace(CONFIG.trigger, binding=True), name=name)
+    assert "podAntiAffinity" not in binding["spec"]["affinity"]  # it would repel every pod
     with pytest.raises(ValueError):
-        trigger_pod(GroupKey("gpu-standard", "l4"), 0, pool, [], CONFIG.trigger)
+        trigger_pod(GroupKey("gpu-standard", "l4"), 0, pool, [], CONFIG.trigger, name=name)
+
+
+def test_trigger_names_are_stable_and_distinct() -> None:
+    """A name is a function of group, pods and time: a retried create cannot make a
+    second trigger, and another bin, group or second gets another name."""
+    group, pods = GroupKey("gpu-standard", "l4"), [PodRef("ml", "a", "u-a")]
+    name = trigger_name(group, pods, T0)
+    assert trigger_name(group, list(pods), T0) == name
+    others = {
+        trigger_name(group, [PodRef("ml", "b", "u-b")], T0),
+        trigger_name(group, [PodRef("ml", "a", "u-a2")], T0),  # a new pod, same name
+        trigger_name(GroupKey("gpu-standard", "t4"), pods, T0),
+        trigger_name(GroupKey("gpu-standard", "l4", (("zone", "a"),)), pods, T0),
+        trigger_name(group, pods, "2026-11-21T12:00:01Z"),
+    }
+    assert name not in others and len(others) == 5
+    assert len(trigger_name(GroupKey("p" * 63, "m" * 63), pods, T0)) <= 63
 
 
 def test_parse_trigger_rejects_pods_it_cannot_identify() -> None:
@@ -643,14 +787,16 @@ def test_memory_only_pods_get_a_whole_gpu_each_with_at_least_that_memory() -> No
         terms = create.body["spec"]["affinity"]["nodeAffinity"][  # type: ignore[index]
             "requiredDuringSchedulingIgnoredDuringExecution"
         ]["nodeSelectorTerms"]
+        name = create.body["metadata"]["name"]  # type: ignore[index]
         assert terms == [
             {
                 "matchExpressions": [
+                    {"key": "gpu-intent.io/trigger-name", "operator": "NotIn", "values": [name]},
                     {
                         "key": "karpenter.k8s.aws/instance-gpu-memory",
                         "operator": "Gt",
                         "values": ["3999"],
-                    }
+                    },
                 ]
             }
         ]

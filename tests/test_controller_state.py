@@ -159,8 +159,11 @@ def test_a_pod_bound_while_being_scaled_up_for_is_remembered_until_told() -> Non
     assert state.left() == []
     snap = state.snapshot(datetime(2026, 11, 21, tzinfo=UTC))
     assert [(p.ref.name, p.node) for p in snap.scheduled] == [("a", "n1")]
+    # What it took of its node counts against the covers of that node's NodeClaim.
+    assert snap.used == {"n1": Decimal(1)}
     state.forget_scheduled(("ml", "a"))
-    assert state.snapshot(datetime(2026, 11, 21, tzinfo=UTC)).scheduled == []
+    after = state.snapshot(datetime(2026, 11, 21, tzinfo=UTC))
+    assert after.scheduled == [] and after.used == {"n1": Decimal(1)}
 
 
 def test_the_cache_keeps_slim_pods_that_parse_as_the_full_ones() -> None:

@@ -175,3 +175,58 @@ async def test_a_pod_whose_selector_no_node_will_match_is_told_why_and_nothing_i
     assert await env.pods(TRIGGERS_NS) == []
     reasons = [e["reason"] for e in await env.events("ml", "nowhere")]
     assert "NoNodePool" in reasons
+
+
+def hami_pod(name: str, gpumem: str) -> dict[str, Any]:
+    """A HAMi vGPU pod: one A10G slot with ``gpumem`` MiB of its memory."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "annotations": {"nvidia.com/use-gputype": "A10G"},
+        },
+        "spec": {
+            "schedulerName": "hami-scheduler",
+            "tolerations": [GPU_TOLERATION],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "example.registry/notebook:3",
+                    "resources": {
+                        "requests": {"cpu": "1", "memory": "4Gi"},
+                        "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": gpumem},
+                    },
+                }
+            ],
+        },
+    }
+
+
+async def test_a_hami_pod_a_full_hami_node_cannot_take_gets_a_new_node(
+    running: tuple[Env, NodeClaimCount],
+) -> None:
+    """The first HAMi pod's node advertises 10 nvidia.com/gpu for its one A10G, so in
+    Karpenter's simulation a 1-GPU trigger fits there although the card's memory is
+    taken: the second pod's trigger must not count that node (it runs pods), and a
+    second node is bought: two NodeClaims in all, one pod on each."""
+    env, count = running
+    await apply(env.api, hami_pod("vgpu-1", "16000"))
+
+    async def first() -> str | None:
+        return await node_of(env, "ml", "vgpu-1")
+
+    node_1 = await eventually(first, 20)
+    await apply(env.api, hami_pod("vgpu-2", "16000"))
+
+    async def second() -> str | None:
+        return await node_of(env, "ml", "vgpu-2")
+
+    node_2 = await eventually(second, 20)
+    await asyncio.sleep(1.0)  # a late extra NodeClaim would show up within Karpenter's window
+    assert node_1 != node_2
+    assert len(count.created) == 2
+    assert {c["metadata"]["labels"]["karpenter.sh/nodepool"] for c in count.created.values()} == {
+        "gpu-hami"
+    }
