@@ -58,6 +58,7 @@ class Resource:
 PODS = Resource("pods")
 NAMESPACES = Resource("namespaces")
 EVENTS = Resource("events")
+NODES = Resource("nodes")
 NODECLAIMS = Resource("nodeclaims", "karpenter.sh")
 NODEPOOLS = Resource("nodepools", "karpenter.sh")
 
@@ -144,6 +145,8 @@ class Kube:
             )
         if resource == NAMESPACES:
             return self.core.list_namespace, ()
+        if resource == NODES:
+            return self.core.list_node, ()
         kind = {"pods": "pod", "events": "event"}[resource.plural]
         if namespace:
             return getattr(self.core, f"list_namespaced_{kind}"), (namespace,)
@@ -312,6 +315,15 @@ class Kube:
             name,
             namespace,
             {"metadata": {"annotations": dict(annotations)}},
+        )
+
+    async def label_node(self, name: str, labels: Mapping[str, str]) -> Obj:
+        """Set labels on a Node with a strategic merge patch (other labels untouched)."""
+        return await self._call(
+            f"labelling node {name}",
+            self.core.patch_node,
+            name,
+            {"metadata": {"labels": dict(labels)}},
         )
 
     async def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:

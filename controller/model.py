@@ -7,6 +7,7 @@ the planner can trust; a pod whose gpu-intent annotations do not parse becomes a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -50,6 +51,14 @@ NODEPOOL_LABEL = "karpenter.sh/nodepool"
 #: trigger to the NodeClaim bought for it, present from the NodeClaim's creation and
 #: not rate limited as Karpenter's ``Nominated`` events are.
 TRIGGER_MARKER_KEY = f"{DOMAIN}/trigger-name"
+#: Node label the controller sets on the Ready nodes of GPU NodePools: a per-node value
+#: (`node_label_value`) that triggers can exclude with ``NotIn``. Karpenter drops pods
+#: that name ``kubernetes.io/hostname`` (a restricted label, pkg/apis/v1/labels.go), so
+#: this label is how a trigger says "not on these nodes": the pods it stands for were
+#: refused by their own scheduler on every node that existed, even where Karpenter's
+#: simulation sees free ``nvidia.com/gpu`` (a HAMi node advertises 10 per GPU, so one
+#: whose card memory is full still fits a 1-GPU trigger, REFERENCE.md section 3).
+NODE_LABEL = f"{DOMAIN}/node"
 
 
 def parse_time(value: object) -> datetime | None:
@@ -298,6 +307,63 @@ class NodeClaimInfo:
         if key in self.labels:
             return self.labels[key] == value
         return all(r.admits(value) for r in self.requirements if r.key == key)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A Node of a Karpenter NodePool: its pool, whether it is Ready, and its
+    `NODE_LABEL` value (None until the controller has set it)."""
+
+    name: str
+    pool: str | None
+    ready: bool
+    label: str | None
+
+
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+
+def node_label_value(name: str) -> str:
+    """The `NODE_LABEL` value for node ``name``: the name itself when it is a valid label
+    value (``ip-10-1-2-3.ec2.internal``), else ``n-`` and 20 hex digits of its SHA-256."""
+    if _LABEL_VALUE.match(name):
+        return name
+    return "n-" + hashlib.sha256(name.encode()).hexdigest()[:20]
+
+
+def slim_node(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What the node cache keeps: name, resourceVersion, the pool and `NODE_LABEL`
+    labels, and the Ready condition. Pure."""
+    meta = _meta(obj)
+    labels = meta.get("labels") or {}
+    return {
+        "metadata": {
+            "name": meta.get("name", ""),
+            "resourceVersion": meta.get("resourceVersion", ""),
+            "labels": {k: labels[k] for k in (NODEPOOL_LABEL, NODE_LABEL) if k in labels},
+        },
+        "status": {
+            "conditions": [
+                c
+                for c in (obj.get("status") or {}).get("conditions") or []
+                if isinstance(c, Mapping) and c.get("type") == "Ready"
+            ]
+        },
+    }
+
+
+def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
+    meta = _meta(obj)
+    labels = meta.get("labels") or {}
+    return NodeInfo(
+        name=str(meta.get("name", "")),
+        pool=labels.get(NODEPOOL_LABEL),
+        ready=any(
+            isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (obj.get("status") or {}).get("conditions") or []
+        ),
+        label=labels.get(NODE_LABEL),
+    )
 
 
 @dataclass(frozen=True, slots=True)

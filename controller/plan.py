@@ -47,6 +47,7 @@ from controller.model import (
     GroupKey,
     InvalidPod,
     NodeClaimInfo,
+    NodeInfo,
     NodePoolInfo,
     Nomination,
     PendingPod,
@@ -55,6 +56,7 @@ from controller.model import (
     ScaleUpStatus,
     ScheduledPod,
     TriggerInfo,
+    node_label_value,
     parse_time,
 )
 from controller.triggers import LINKED_REASON, TriggerSettings, trigger_name, trigger_pod
@@ -108,6 +110,8 @@ class Snapshot:
     covers: Mapping[tuple[str, str], tuple[str, datetime]] = field(default_factory=dict)
     #: GPUs of the pods we served found bound, by node name (see `held_covers`).
     used: Mapping[str, Decimal] = field(default_factory=dict)
+    #: Nodes of Karpenter NodePools, by name.
+    nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +165,14 @@ class MarkTrigger:
 
 
 @dataclass(frozen=True, slots=True)
+class LabelNode:
+    """Set `controller.model.NODE_LABEL` to ``value`` on Node ``node``."""
+
+    node: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
 class CreateTrigger:
     """Create ``body`` (a trigger for ``gpus`` GPUs of ``group``) and then tell ``serves``."""
 
@@ -181,9 +193,13 @@ class Plan:
     #: GPUs of demand per group this pass (for metrics and the demo's report).
     demand: Mapping[GroupKey, Decimal] = field(default_factory=dict)
     marks: tuple[MarkTrigger, ...] = ()
+    #: Node labels to set before the creates (see `excluded_nodes`).
+    labels: tuple[LabelNode, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.links or self.statuses or self.deletes or self.creates or self.marks)
+        return bool(
+            self.links or self.statuses or self.deletes or self.creates or self.marks or self.labels
+        )
 
 
 @dataclass(slots=True)
@@ -429,6 +445,37 @@ def unmet_constraint(pod: PendingPod, pool: NodePoolInfo) -> str | None:
     return None
 
 
+#: Most nodes one trigger excludes by name (`excluded_nodes`): a bound on the size of the
+#: trigger's spec and of the NodeClaim requirements Karpenter copies it into.
+MAX_EXCLUDED_NODES = 100
+
+
+def excluded_nodes(
+    nodes: Mapping[str, NodeInfo], pools: Mapping[str, NodePoolInfo]
+) -> tuple[tuple[LabelNode, ...], dict[str, tuple[str, ...]]]:
+    """Which Ready nodes of GPU NodePools still need `controller.model.NODE_LABEL`, and,
+    per pool, the label values a new trigger of that pool excludes (``NotIn``, at most
+    `MAX_EXCLUDED_NODES`, newest names last; a node being labelled this pass counts).
+
+    Every Ready node of the pool is excluded: the pods a trigger stands for are
+    Unschedulable, so their scheduler refused each node that exists; capacity freed
+    later reaches them through their scheduler, and the NodeClaims bought for our
+    triggers are not Ready (not excluded) while they come up. Pure."""
+    labels: list[LabelNode] = []
+    by_pool: dict[str, list[str]] = defaultdict(list)
+    for node in sorted(nodes.values(), key=lambda n: n.name):
+        pool = pools.get(node.pool or "")
+        if not node.ready or pool is None or not _gpu_pool(pool):
+            continue
+        value = node.label or node_label_value(node.name)
+        if node.label is None:
+            labels.append(LabelNode(node.name, value))
+        by_pool[pool.name].append(value)
+    return tuple(labels), {
+        name: tuple(values[-MAX_EXCLUDED_NODES:]) for name, values in by_pool.items()
+    }
+
+
 def pack(pods: Iterable[PendingPod]) -> list[_Bin]:
     """Best-fit-decreasing of pods' GPU needs into whole-GPU bins (see module doc).
 
@@ -640,6 +687,7 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
     creates: list[CreateTrigger] = []
     demand: dict[GroupKey, Decimal] = {}
     budget = config.max_triggers - len(live)
+    node_labels, excluded = excluded_nodes(snapshot.nodes, snapshot.nodepools)
     for key in sorted(set(groups) | set(by_group), key=GroupKey.sort_key):
         pods = groups.get(key, [])
         demand[key] = sum((p.intent.gpus for p in pods), Decimal(0))
@@ -670,6 +718,7 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
                 refs,
                 config.trigger,
                 name=trigger_name(key, refs, stamp),
+                exclude_nodes=excluded.get(key.pool, ()),
                 cpu_millis=bin_.cpu_millis,
                 memory_bytes=bin_.memory_bytes,
             )
@@ -692,7 +741,15 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
     going = {d.ref for d in deletes}  # no patch on a pod this pass deletes
     marks = tuple(m for m in marks if m.ref not in going)
     link_actions = tuple(link for link in link_actions if link.ref not in going)
-    return Plan(link_actions, tuple(statuses), tuple(deletes), tuple(creates), demand, marks)
+    return Plan(
+        link_actions,
+        tuple(statuses),
+        tuple(deletes),
+        tuple(creates),
+        demand,
+        marks,
+        node_labels,
+    )
 
 
 def _send_to_free(

@@ -27,6 +27,8 @@ from controller.informer import Informer, InformerSpec
 from controller.kube import Kube, KubeError
 from controller.model import (
     ANNOTATION_NODECLAIM,
+    NODE_LABEL,
+    NODEPOOL_LABEL,
     NON_BINDING_SCHEDULER,
     InvalidPod,
     PendingPod,
@@ -45,6 +47,7 @@ from controller.state import (
     NAMESPACES,
     NODECLAIMS,
     NODEPOOLS,
+    NODES,
     NOMINATIONS,
     PENDING_PODS,
     TRIGGERS,
@@ -150,6 +153,7 @@ class Controller:
             ),
             InformerSpec(NODECLAIMS, kube_api.NODECLAIMS),
             InformerSpec(NODEPOOLS, kube_api.NODEPOOLS),
+            InformerSpec(NODES, kube_api.NODES, label_selector=NODEPOOL_LABEL),
             InformerSpec(
                 NAMESPACES, kube_api.NAMESPACES, label_selector=f"{INJECT_LABEL}={INJECT_VALUE}"
             ),
@@ -291,6 +295,8 @@ class Controller:
                     ((r.namespace, r.name) for r in delete.cover), delete.node_claim, now
                 )
         self.state.expire_covers(now - timedelta(seconds=self.config.plan.cover_seconds))
+        # Labels first: the triggers created next exclude the nodes by them.
+        await asyncio.gather(*(self._label(n.node, n.value) for n in decided.labels))
         await asyncio.gather(
             *(self._create(c.body, c.gpus, c.group.pool, c.serves) for c in decided.creates),
             *(self._delete(d.ref, d.reason) for d in decided.deletes),
@@ -403,6 +409,15 @@ class Controller:
             )
         except KubeError as e:
             log.warning("recording event %s on pod %s: %s", event.reason, ref, e)
+
+    async def _label(self, node: str, value: str) -> None:
+        try:
+            obj = await self._write("label", self.kube.label_node(node, {NODE_LABEL: value}))
+        except KubeError as e:
+            log.warning("labelling node %s: %s", node, e)
+            return
+        self.state.expect(NODES, obj)
+        log.info("node %s labelled %s=%s", node, NODE_LABEL, value)
 
     async def _delete(self, ref: PodRef, reason: str) -> None:
         try:

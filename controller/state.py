@@ -25,11 +25,13 @@ from controller.model import (
     PendingPod,
     ScaleUpStatus,
     ScheduledPod,
+    parse_node,
     parse_nodeclaim,
     parse_nodepool,
     parse_nomination,
     parse_pending_pod,
     parse_trigger,
+    slim_node,
     slim_pod,
 )
 from controller.plan import Snapshot
@@ -58,7 +60,9 @@ NODEPOOLS = "nodepools"
 NAMESPACES = "namespaces"
 #: Karpenter's ``Nominated`` Events in the trigger namespace.
 NOMINATIONS = "nominations"
-KINDS = (PENDING_PODS, TRIGGERS, NODECLAIMS, NODEPOOLS, NAMESPACES, NOMINATIONS)
+#: Nodes of Karpenter NodePools (label ``karpenter.sh/nodepool``), slimmed.
+NODES = "nodes"
+KINDS = (PENDING_PODS, TRIGGERS, NODECLAIMS, NODEPOOLS, NAMESPACES, NOMINATIONS, NODES)
 #: Scale-up phases after which a pod's binding deserves a final ``Scheduled`` status.
 TRACKED_PHASES = frozenset({"Triggered", "Provisioning", "NodeReady"})
 #: Most bound pods remembered while their final status is pending (memory bound).
@@ -114,8 +118,11 @@ class ClusterState:
 
     @staticmethod
     def _kept(kind: str, obj: Obj) -> Obj:
-        """What the cache keeps of ``obj``: pending pods are slimmed (`slim_pod`)."""
-        return slim_pod(obj) if kind == PENDING_PODS else obj
+        """What the cache keeps of ``obj``: pending pods and nodes are slimmed
+        (`slim_pod`, `slim_node`)."""
+        if kind == PENDING_PODS:
+            return slim_pod(obj)
+        return slim_node(obj) if kind == NODES else obj
 
     def keeper(self, kind: str) -> Callable[[Obj], Obj]:
         """What the cache will keep of a ``kind`` object (`_kept`), for a list to apply
@@ -320,10 +327,15 @@ class ClusterState:
                 )
             else:
                 triggers.append(trigger)
+        nodes = {
+            n.name: n
+            for key, obj in self._view(NODES).items()
+            if (n := self._parse(NODES, key, obj, parse_node))
+        }
         scheduled = [ScheduledPod.parse(obj) for _, obj in sorted(self._bound.items())]
         if len(self._used) > 2 * len(nodeclaims) + 100:  # forget nodes long gone
-            nodes = {c.node_name for c in nodeclaims.values() if c.node_name}
-            self._used = {node: gpus for node, gpus in self._used.items() if node in nodes}
+            joined = {c.node_name for c in nodeclaims.values() if c.node_name}
+            self._used = {node: gpus for node, gpus in self._used.items() if node in joined}
         return Snapshot(
             pods,
             triggers,
@@ -334,6 +346,7 @@ class ClusterState:
             nominations,
             dict(self._covers),
             dict(self._used),
+            nodes,
         )
 
     def _log_ignored(self, namespace: str, name: str) -> None:

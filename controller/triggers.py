@@ -20,6 +20,7 @@ from typing import Any
 from controller.model import (
     ANNOTATION_SELECTOR,
     ANNOTATION_SERVES,
+    NODE_LABEL,
     NODEPOOL_LABEL,
     NON_BINDING_SCHEDULER,
     TRIGGER_MARKER_KEY,
@@ -32,8 +33,6 @@ from gpu_intent.intent import (
     ANNOTATION_GPUS,
     ANNOTATION_MODEL,
     ANNOTATION_POOL,
-    INJECT_LABEL,
-    INJECT_VALUE,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
     TRIGGER_LABEL,
@@ -132,34 +131,6 @@ def tolerations_for(pool: NodePoolInfo) -> list[dict[str, Any]]:
     return out
 
 
-#: Required pod anti-affinity of a non-binding trigger: no node that runs a pod of a
-#: namespace that did not opt in to gpu-intent. Every node runs such pods (the GPU
-#: device plugin's DaemonSet, kube-proxy, the CNI, in kube-system and the like) once it
-#: has joined; a NodeClaim still on its way runs none. The pods a trigger stands for are
-#: Unschedulable: their own scheduler (HAMi's, KAI's, ...) already found no room on the
-#: nodes that exist, even where Karpenter's simulation sees free ``nvidia.com/gpu`` (a
-#: HAMi node advertises 10 per GPU, so one whose card memory is full still fits a 1-GPU
-#: trigger, REFERENCE.md section 3). With this term Karpenter counts only NodeClaims
-#: still coming up as room for a trigger and buys a node otherwise (kubernetes-sigs/
-#: karpenter topology.go: required anti-affinity counts the pods bound to each node in
-#: the namespaces the ``namespaceSelector`` selects). Pods of opted-in namespaces are
-#: not selected, so the pods Karpenter sees as CPU pods (KAI, tensor-fusion) may still
-#: share a new node with the trigger (anti-affinity is symmetric). Triggers never bind,
-#: so the term affects no other pod's scheduling.
-NEW_NODES_ONLY: dict[str, Any] = {
-    "requiredDuringSchedulingIgnoredDuringExecution": [
-        {
-            "topologyKey": "kubernetes.io/hostname",
-            "namespaceSelector": {
-                "matchExpressions": [
-                    {"key": INJECT_LABEL, "operator": "NotIn", "values": [INJECT_VALUE]}
-                ]
-            },
-            "labelSelector": {},
-        }
-    ]
-}
-
 #: ``PodScheduled`` reason of a non-binding trigger whose NodeClaim is known: anything but
 #: ``Unschedulable`` makes Karpenter stop provisioning for it (IsProvisionable reads the
 #: reason only), so nothing is bought twice while the node comes up.
@@ -207,6 +178,7 @@ def trigger_pod(
     settings: TriggerSettings,
     *,
     name: str,
+    exclude_nodes: Sequence[str] = (),
     cpu_millis: int = 0,
     memory_bytes: int = 0,
 ) -> dict[str, Any]:
@@ -221,8 +193,9 @@ def trigger_pod(
     [name]`` (`controller.model.TRIGGER_MARKER_KEY`: it names this trigger in the
     requirements of the NodeClaim Karpenter buys for it) and, for a group with
     ``min_memory_mib``, ``<gpu_memory_label> Gt min-1`` (and the annotation
-    ``gpu-intent.io/gpu-memory``); for a non-binding trigger, the required pod
-    anti-affinity `NEW_NODES_ONLY`;
+    ``gpu-intent.io/gpu-memory``), and with ``exclude_nodes``, ``gpu-intent.io/node
+    NotIn [exclude_nodes]`` (`controller.model.NODE_LABEL`: nodes its pods' scheduler
+    already refused, see `controller.plan.excluded_nodes`);
     tolerations for the pool's taints; one pause container requesting ``gpus`` of
     ``nvidia.com/gpu`` (requests = limits, as Kubernetes requires for extended resources)
     and ``cpu_millis``/``memory_bytes`` (the pods' own, at least the settings' minimum);
@@ -284,6 +257,10 @@ def trigger_pod(
     expressions: list[dict[str, Any]] = [
         {"key": TRIGGER_MARKER_KEY, "operator": "NotIn", "values": [name]}
     ]
+    if exclude_nodes:
+        expressions.append(
+            {"key": NODE_LABEL, "operator": "NotIn", "values": sorted(set(exclude_nodes))}
+        )
     if group.min_memory_mib:
         # Gt needs node affinity (a nodeSelector only says equals): Karpenter then picks
         # the cheapest instance type whose GPUs have at least that much memory.
@@ -301,8 +278,6 @@ def trigger_pod(
             }
         }
     }
-    if not settings.binding:
-        spec["affinity"]["podAntiAffinity"] = NEW_NODES_ONLY
     return {
         "apiVersion": "v1",
         "kind": "Pod",

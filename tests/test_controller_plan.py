@@ -15,11 +15,14 @@ from controller_fixtures import T0, gpu_pod, nodeclaim, nodepool
 from controller.model import (
     NON_BINDING_SCHEDULER,
     GroupKey,
+    NodeInfo,
     Nomination,
     PendingPod,
     PodRef,
     ScaleUpStatus,
     ScheduledPod,
+    node_label_value,
+    parse_node,
     parse_nodeclaim,
     parse_nodepool,
     parse_nomination,
@@ -27,6 +30,7 @@ from controller.model import (
     parse_trigger,
 )
 from controller.plan import (
+    MAX_EXCLUDED_NODES,
     NATIVE,
     NODE_READY,
     PROVISIONING,
@@ -36,6 +40,7 @@ from controller.plan import (
     Plan,
     PlanConfig,
     Snapshot,
+    excluded_nodes,
     link_claims,
     pack,
     plan,
@@ -700,25 +705,63 @@ def test_trigger_pod_spec_is_what_karpenter_understands() -> None:
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert spec["automountServiceAccountToken"] is False
-    # Non-binding: only NodeClaims that run no pod of a namespace that did not opt in
-    # count as room (a full HAMi node runs its device plugin's pod).
-    assert spec["affinity"]["podAntiAffinity"] == {
-        "requiredDuringSchedulingIgnoredDuringExecution": [
-            {
-                "topologyKey": "kubernetes.io/hostname",
-                "namespaceSelector": {
-                    "matchExpressions": [
-                        {"key": "gpu-intent.io/inject", "operator": "NotIn", "values": ["enabled"]}
-                    ]
-                },
-                "labelSelector": {},
-            }
-        ]
-    }
-    binding = trigger_pod(group, 2, pool, serves, replace(CONFIG.trigger, binding=True), name=name)
-    assert "podAntiAffinity" not in binding["spec"]["affinity"]  # it would repel every pod
+    excluding = trigger_pod(
+        group, 2, pool, serves, CONFIG.trigger, name=name, exclude_nodes=["n2", "n1"]
+    )
+    terms = excluding["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert {"key": "gpu-intent.io/node", "operator": "NotIn", "values": ["n1", "n2"]} in terms[
+        "nodeSelectorTerms"
+    ][0]["matchExpressions"]
     with pytest.raises(ValueError):
         trigger_pod(GroupKey("gpu-standard", "l4"), 0, pool, [], CONFIG.trigger, name=name)
+
+
+def node_obj(
+    name: str, pool: str, *, ready: bool = True, label: str | None = None
+) -> dict[str, Any]:
+    labels = {"karpenter.sh/nodepool": pool}
+    if label:
+        labels["gpu-intent.io/node"] = label
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def test_triggers_exclude_the_ready_nodes_of_their_pool_labelled_first() -> None:
+    """A new trigger excludes (NotIn) every Ready node of its GPU pool: its pods'
+    scheduler refused them all, though Karpenter may see free GPUs there (HAMi's 10 per
+    card). Nodes without the label get it in the same pass, before the creates."""
+    nodes = [
+        node_obj("ip-1", "gpu-standard", label="ip-1"),
+        node_obj("ip-2", "gpu-standard"),
+        node_obj("ip-3", "gpu-standard", ready=False),  # joining: not refused yet
+        node_obj("ip-4", "gpu-large"),  # another pool
+        node_obj("x" * 70, "gpu-standard"),  # too long for a label value: hashed
+    ]
+    parsed = {n.name: n for n in map(parse_node, nodes)}
+    result = plan(replace(snapshot([gpu_pod("a", "1", model="l4")]), nodes=parsed), CONFIG)
+    hashed = node_label_value("x" * 70)
+    assert re.fullmatch(r"n-[0-9a-f]{20}", hashed)
+    assert sorted((n.node, n.value) for n in result.labels) == sorted(
+        [("ip-2", "ip-2"), ("ip-4", "ip-4"), ("x" * 70, hashed)]
+    )
+    [create] = result.creates
+    expressions = create.body["spec"]["affinity"]["nodeAffinity"][  # type: ignore[index]
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"][0]["matchExpressions"]
+    assert {
+        "key": "gpu-intent.io/node",
+        "operator": "NotIn",
+        "values": sorted(["ip-1", "ip-2", hashed]),
+    } in expressions
+    many = {
+        f"n{i:03d}": NodeInfo(f"n{i:03d}", "gpu-standard", True, f"n{i:03d}") for i in range(150)
+    }
+    labels, excluded = excluded_nodes(many, snapshot([]).nodepools)
+    assert labels == () and len(excluded["gpu-standard"]) == MAX_EXCLUDED_NODES
 
 
 def test_trigger_names_are_stable_and_distinct() -> None:

@@ -213,3 +213,35 @@ def test_a_pass_reparses_only_changed_pods_and_all_when_nodepools_change(
     state.replace(NODEPOOLS, [pool])
     state.snapshot(now)
     assert sorted(calls) == ["a", "b", "c"]
+
+
+def test_nodes_are_cached_slim_and_parsed_with_their_pool_readiness_and_label() -> None:
+    state = ClusterState(Clock())
+    full = {
+        "metadata": {
+            "name": "ip-10-1-2-3.ec2.internal",
+            "resourceVersion": "7",
+            "labels": {
+                "karpenter.sh/nodepool": "gpu-hami",
+                "gpu-intent.io/node": "ip-10-1-2-3.ec2.internal",
+                "node.kubernetes.io/instance-type": "g5.xlarge",
+            },
+            "annotations": {"hami.io/node-nvidia-register": "x" * 4000},
+        },
+        "status": {
+            "conditions": [
+                {"type": "MemoryPressure", "status": "False"},
+                {"type": "Ready", "status": "True"},
+            ],
+            "images": [{"names": ["x" * 100]}] * 50,
+        },
+    }
+    state.replace(state_module.NODES, [full])
+    [kept] = state.objects(state_module.NODES)
+    assert "annotations" not in kept["metadata"] and "images" not in kept["status"]
+    node = state.snapshot(datetime(2026, 11, 21, tzinfo=UTC)).nodes["ip-10-1-2-3.ec2.internal"]
+    assert (node.pool, node.ready, node.label) == (
+        "gpu-hami",
+        True,
+        "ip-10-1-2-3.ec2.internal",
+    )

@@ -36,18 +36,22 @@ NOT_OPTED_IN = {
             {"key": "gpu-intent.io/inject", "operator": "NotIn", "values": ["enabled"]}
         ]
     },
-    "labelSelector": {},
+    "labelSelector": {
+        "matchExpressions": [{"key": "gpu-intent.io/trigger", "operator": "DoesNotExist"}]
+    },
 }
 NAMESPACES = {"kube-system": {}, "ml": {"gpu-intent.io/inject": "enabled"}, "default": {}}
 
 
-def in_namespace(obj: Obj, namespace: str, **labels: str) -> Obj:
-    obj["metadata"].update(namespace=namespace, labels=labels)
+def in_namespace(obj: Obj, namespace: str) -> Obj:
+    obj["metadata"]["namespace"] = namespace
     return obj
 
 
 def repelling(name: str, *terms: Obj) -> Obj:
+    """A trigger-like pod (labelled as gpu-intent's triggers are) with these terms."""
     p = pod(name, gpus=1, selector=T4)
+    p["metadata"]["labels"] = {"gpu-intent.io/trigger": "true"}
     p["spec"]["affinity"] = {
         "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": list(terms)}
     }
@@ -144,6 +148,12 @@ def test_solve_keeps_pods_a_trigger_repels_off_its_new_nodeclaim() -> None:
     assert {"k", "t", "n"} == set().union(*claims)
     alone = solve(Snapshot([trigger, kai], [GPU_POOL], namespace_labels=NAMESPACES))
     assert [len(c.pods) for c in alone.new_nodeclaims] == [2]  # opted-in pods may join
+    # Triggers do not repel each other: four 1-GPU triggers share one 4-GPU NodeClaim.
+    four = [in_namespace(repelling(f"t{i}", NOT_OPTED_IN), "gpu-intent-system") for i in range(4)]
+    for t in four:
+        t["metadata"]["uid"] = t["metadata"]["name"]
+    packed = solve(Snapshot(four, [GPU_POOL], namespace_labels=NAMESPACES))
+    assert [len(c.pods) for c in packed.new_nodeclaims] == [4]
 
 
 def test_a_node_runs_its_device_plugins_daemonset_pod() -> None:
