@@ -142,7 +142,14 @@ class Controller:
         self.state = ClusterState(monotonic)
         self._poked = asyncio.Event()
         self._instance = os.environ.get("POD_NAME") or socket.gethostname()
+        #: Write slots for what spends or saves money (creates, deletes, marks, links,
+        #: node labels) and, apart, for reports (statuses, Events): a burst of status
+        #: writes never delays marking a trigger linked, which is what stops Karpenter
+        #: buying for it again.
         self._writes = asyncio.Semaphore(config.concurrency)
+        self._report_writes = asyncio.Semaphore(config.concurrency)
+        #: The background read-back of pods that left the pending set (`_read_left`).
+        self._reader: asyncio.Task[None] | None = None
         trigger_selector = (
             f"{TRIGGER_LABEL}={TRIGGER_LABEL_VALUE},{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
         )
@@ -182,9 +189,10 @@ class Controller:
                     group.create_task(informer.run(), name=f"informer-{informer.spec.kind}")
                 group.create_task(self._loop(), name="reconcile")
         finally:
-            if self._writer is not None:
-                self._writer.cancel()
-                await asyncio.gather(self._writer, return_exceptions=True)
+            for task in (self._writer, self._reader):
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
 
     async def _loop(self) -> None:
         for informer in self.informers:
@@ -238,23 +246,30 @@ class Controller:
         await self._each(read, self.state.left())
 
     async def reconcile_once(self) -> Plan:
-        """One pass: snapshot, plan, apply, then read back pods that left the pending set
-        (their final statuses go out in the next pass). The reads come last: a pod that
-        left needs no trigger whatever the read says, and a burst of bindings must not
-        delay deleting the triggers they made unneeded (Karpenter would buy for a trigger
-        that outlives its pods by a batch window). Returns the plan applied."""
+        """One pass: snapshot, plan, apply; then pods that left the pending set are read
+        back by a background task (`read_left`), whose findings (final statuses, GPUs
+        taken on a node) the next pass uses. A pass never waits for those reads: a pod
+        that left needs no trigger whatever the read says, and a burst of bindings must
+        not delay the next pass, which deletes the triggers they made unneeded and marks
+        new ones linked (Karpenter buys again for a trigger left Unschedulable for a
+        batch window). Returns the plan applied."""
         started = time.perf_counter()
         snapshot = self.state.snapshot(self.now())
         decided = plan(snapshot, self.config.plan)
         if decided:
             await self.apply(decided)
-        if self.state.left():
-            await self._read_left()
-            if self.state.owes_final_status():
-                self._poked.set()
+        if self.state.left() and (self._reader is None or self._reader.done()):
+            self._reader = asyncio.create_task(self.read_left(), name="read-left")
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         self._observe(snapshot.pods, decided)
         return decided
+
+    async def read_left(self) -> None:
+        """Read back the pods that left the pending set (one round: a read that failed
+        is tried again after the next pass), then poke the loop when any is owed a final
+        status or what they took of a node changed."""
+        await self._read_left()
+        self._poked.set()
 
     def _observe(self, pods: Sequence[PendingPod | InvalidPod], decided: Plan) -> None:
         phases: dict[str, int] = {}
@@ -269,9 +284,10 @@ class Controller:
         for key, gpus in decided.demand.items():
             metrics.DEMAND_GPUS.labels(key.pool, key.model or "any").set(float(gpus))
 
-    async def _write(self, operation: str, coro: Any) -> Any:
+    async def _write(self, operation: str, coro: Any, *, report: bool = False) -> Any:
+        """Send one write through its pool of slots (``report``: statuses and Events)."""
         try:
-            async with self._writes:
+            async with self._report_writes if report else self._writes:
                 try:
                     result = await coro
                 except KubeError:
@@ -381,6 +397,7 @@ class Controller:
                 self.kube.annotate_pod(
                     ref.namespace, ref.name, {ANNOTATION_SCALE_UP: change.status.to_annotation()}
                 ),
+                report=True,
             )
         except KubeError as e:
             if e.not_found:
@@ -406,6 +423,7 @@ class Controller:
                 self.kube.create_event(
                     ref.namespace, event_body(ref, event, self.now(), self._instance)
                 ),
+                report=True,
             )
         except KubeError as e:
             log.warning("recording event %s on pod %s: %s", event.reason, ref, e)
