@@ -23,13 +23,12 @@ from typing import Any
 
 from controller import kube as kube_api
 from controller import metrics
+from controller.incremental import IncrementalPlanner
 from controller.informer import Informer, InformerSpec
 from controller.kube import Kube, KubeError
 from controller.model import (
     ANNOTATION_NODECLAIM,
     NON_BINDING_SCHEDULER,
-    InvalidPod,
-    PendingPod,
     PodRef,
 )
 from controller.plan import (
@@ -38,7 +37,6 @@ from controller.plan import (
     Plan,
     PlanConfig,
     SetStatus,
-    plan,
     triggered,
 )
 from controller.state import (
@@ -137,6 +135,7 @@ class Controller:
         self.config = config
         self.now = now
         self.state = ClusterState(monotonic)
+        self.planner = IncrementalPlanner(self.state, config.plan)
         self._poked = asyncio.Event()
         self._instance = os.environ.get("POD_NAME") or socket.gethostname()
         self._writes = asyncio.Semaphore(config.concurrency)
@@ -240,8 +239,8 @@ class Controller:
         delay deleting the triggers they made unneeded (Karpenter would buy for a trigger
         that outlives its pods by a batch window). Returns the plan applied."""
         started = time.perf_counter()
-        snapshot = self.state.snapshot(self.now())
-        decided = plan(snapshot, self.config.plan)
+        done = self.planner.run(self.now())
+        decided = done.plan
         if decided:
             await self.apply(decided)
         if self.state.left():
@@ -249,18 +248,14 @@ class Controller:
             if self.state.owes_final_status():
                 self._poked.set()
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
-        self._observe(snapshot.pods, decided)
+        self._observe(done.phases, decided)
         return decided
 
-    def _observe(self, pods: Sequence[PendingPod | InvalidPod], decided: Plan) -> None:
-        phases: dict[str, int] = {}
-        for pod in pods:
-            phase = pod.status.phase if pod.status else "New"
-            phases[phase] = phases.get(phase, 0) + 1
+    def _observe(self, phases: Mapping[str, int], decided: Plan) -> None:
         metrics.PENDING_PODS.clear()
         for phase, count in phases.items():
             metrics.PENDING_PODS.labels(phase).set(count)
-        metrics.TRIGGERS.set(len(self.state.objects(TRIGGERS)))
+        metrics.TRIGGERS.set(self.state.count(TRIGGERS))
         metrics.DEMAND_GPUS.clear()
         for key, gpus in decided.demand.items():
             metrics.DEMAND_GPUS.labels(key.pool, key.model or "any").set(float(gpus))
