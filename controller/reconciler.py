@@ -139,6 +139,10 @@ class Controller:
         self._poked = asyncio.Event()
         self._instance = os.environ.get("POD_NAME") or socket.gethostname()
         self._writes = asyncio.Semaphore(config.concurrency)
+        #: Set while no pass is applying creates, deletes, marks or links: status and
+        #: Event writes wait for it, so they never hold write slots that money needs.
+        self._money_done = asyncio.Event()
+        self._money_done.set()
         trigger_selector = (
             f"{TRIGGER_LABEL}={TRIGGER_LABEL_VALUE},{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
         )
@@ -286,14 +290,18 @@ class Controller:
                     ((r.namespace, r.name) for r in delete.cover), delete.node_claim, now
                 )
         self.state.expire_covers(now - timedelta(seconds=self.config.plan.cover_seconds))
-        await asyncio.gather(
-            *(self._create(c.body, c.gpus, c.group.pool, c.serves) for c in decided.creates),
-            *(self._delete(d.ref, d.reason) for d in decided.deletes),
-        )
-        await asyncio.gather(
-            *(self._mark(m.ref, m.node_claim) for m in decided.marks),
-            *(self._link(link.ref, link.node_claim) for link in decided.links),
-        )
+        self._money_done.clear()
+        try:
+            await asyncio.gather(
+                *(self._create(c.body, c.gpus, c.group.pool, c.serves) for c in decided.creates),
+                *(self._delete(d.ref, d.reason) for d in decided.deletes),
+            )
+            await asyncio.gather(
+                *(self._mark(m.ref, m.node_claim) for m in decided.marks),
+                *(self._link(link.ref, link.node_claim) for link in decided.links),
+            )
+        finally:
+            self._money_done.set()
         self._queue_statuses(decided.statuses)
 
     async def _each(self, act: Callable[[Any], Awaitable[Any]], items: Sequence[Any]) -> None:
@@ -364,6 +372,7 @@ class Controller:
 
     async def _set_status(self, change: SetStatus) -> bool:
         ref = change.ref
+        await self._money_done.wait()
         try:
             obj = await self._write(
                 "status",
@@ -389,6 +398,7 @@ class Controller:
         return True
 
     async def _event(self, ref: PodRef, event: Event) -> None:
+        await self._money_done.wait()
         try:
             await self._write(
                 "event",
