@@ -11,13 +11,14 @@ triggers of two partitions point to, and a group that spans two partitions. So a
 
 1. reads the cache's change journal (`ClusterState.changes`) and re-parses only the pods
    and triggers that changed, moving them between partitions;
-2. per partition, reuses the previous pass's result when nothing it reads changed, the
-   result decided nothing (a result that decided something carries the old time stamp)
-   and no pod of it is `controller.plan.time_sensitive`; else plans the partition alone
-   with an unlimited budget;
-3. merges the results, unless together they create more triggers than the budget allows,
-   two partitions share a NodeClaim or a group (`Plan.demand`): then it plans the whole
-   snapshot at once, as the plain loop would.
+2. per partition, reuses the previous pass's result when nothing it reads changed (the
+   budget left included), the result decided nothing (a result that decided something
+   carries the old time stamp) and no pod of it is `controller.plan.time_sensitive`;
+   else plans the partition alone, with the whole budget left;
+3. merges the results, unless they may have competed for the budget (some partition
+   used all of it, or together they used more), or two partitions share a NodeClaim or a
+   group (`Plan.demand`): then it plans the whole snapshot at once, as the plain loop
+   would. With no budget left, partitions cannot compete: none creates anything.
 
 The result is `plan` of the whole snapshot, action for action (the order of actions of
 different partitions may differ; `tests/test_controller_incremental.py` checks this
@@ -59,19 +60,15 @@ from controller.state import (
 
 log = logging.getLogger(__name__)
 
-#: The budget a partition is planned with: never reached, so its result does not depend
-#: on the budget; the merge then checks the real one.
-UNLIMITED = 2**62
-
 Pod = PendingPod | InvalidPod
 Part = tuple[str, str]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Memo:
-    """A partition's last result: planned at (partition version, shared version)."""
+    """A partition's last result: planned at (partition version, shared version, budget)."""
 
-    key: tuple[int, int]
+    key: tuple[int, int, int]
     plan: Plan
     time_sensitive: bool
 
@@ -93,7 +90,8 @@ class Pass:
         plan: equal to ``plan(snapshot, config)`` of the whole cache.
         phases: pending pods served, by scale-up phase (``New``: never told).
         replanned: partitions planned afresh (0 in a pass where nothing changed).
-        whole: the whole snapshot was planned at once (budget or a shared NodeClaim).
+        whole: the whole snapshot was planned at once (budget, a shared NodeClaim or a
+            group spanning partitions).
     """
 
     plan: Plan
@@ -112,7 +110,6 @@ class IncrementalPlanner:
     def __init__(self, state: ClusterState, config: PlanConfig) -> None:
         self._state = state
         self._config = config
-        self._unlimited = dataclasses.replace(config, max_triggers=UNLIMITED)
         self._parts: dict[Part, _Partition] = {}
         self._pod_part: dict[Key, Part] = {}
         self._pod_rv: dict[Key, str] = {}
@@ -143,29 +140,36 @@ class IncrementalPlanner:
             self._coupled = self._shared_claims()
         results: list[Plan] = []
         replanned = 0
+        budget = max(self._config.max_triggers - self._live, 0)
         for name in sorted(self._parts):
             part = self._parts[name]
             if not part.pods and not part.triggers:
                 del self._parts[name]
                 continue
-            key = (part.version, self._shared_version)
+            key = (part.version, self._shared_version, budget)
             memo = part.memo
             if memo is None or memo.key != key or memo.plan or memo.time_sensitive:
-                snapshot = self._snapshot(part.pods.values(), part.triggers.values(), now, ())
+                live = sum(not t.deleting for t in part.triggers.values())
+                snapshot = self._snapshot(
+                    part.pods.values(), part.triggers.values(), now, (), self._live - live
+                )
                 sensitive = any(time_sensitive(p, self._covers) for p in part.pods.values())
-                memo = part.memo = _Memo(key, plan(snapshot, self._unlimited), sensitive)
+                memo = part.memo = _Memo(key, plan(snapshot, self._config), sensitive)
                 replanned += 1
             results.append(memo.plan)
         scheduled = self._state.scheduled()
-        creates = sum(len(r.creates) for r in results)
-        budget = self._config.max_triggers - self._live
+        creates = [len(r.creates) for r in results]
+        # A partition that used the whole budget may have wanted more: the partitions may
+        # have competed for it, and only a whole plan says who gets it.
+        competed = budget > 0 and (sum(creates) > budget or budget in creates)
         groups = sum(len(r.demand) for r in results)
         split = len({key for r in results for key in r.demand}) != groups
-        if self._coupled or split or (creates and creates > budget):
+        if self._coupled or split or competed:
             whole = self.snapshot(now, scheduled)
             return Pass(plan(whole, self._config), dict(self._phases), replanned, True)
         if scheduled:
-            results.append(plan(self._snapshot((), (), now, scheduled), self._config))
+            scheduled_only = self._snapshot((), (), now, scheduled, self._live)
+            results.append(plan(scheduled_only, self._config))
         return Pass(_merge(results), dict(self._phases), replanned, False)
 
     def snapshot(self, now: datetime, scheduled: Sequence[ScheduledPod] = ()) -> Snapshot:
@@ -184,6 +188,7 @@ class IncrementalPlanner:
         triggers: Iterable[TriggerInfo],
         now: datetime,
         scheduled: Sequence[ScheduledPod],
+        live_elsewhere: int = 0,
     ) -> Snapshot:
         return Snapshot(
             list(pods),
@@ -194,6 +199,7 @@ class IncrementalPlanner:
             list(scheduled),
             self._nominations,
             self._covers,
+            live_elsewhere,
         )
 
     def _refresh_shared(self, now: datetime) -> tuple[bool, bool]:

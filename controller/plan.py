@@ -106,6 +106,9 @@ class Snapshot:
     #: NodeReady covers the executor set when it deleted a trigger (pod ``(namespace,
     #: name)`` -> (NodeClaim, when)): they hold even if the status write failed.
     covers: Mapping[tuple[str, str], tuple[str, datetime]] = field(default_factory=dict)
+    #: Live triggers outside this snapshot that count against ``max_triggers`` (when
+    #: `controller.incremental` plans one partition of the cluster; 0 for all of it).
+    live_elsewhere: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -537,7 +540,7 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
     deletes: list[DeleteTrigger] = []
     creates: list[CreateTrigger] = []
     demand: dict[GroupKey, Decimal] = {}
-    budget = config.max_triggers - len(live)
+    budget = config.max_triggers - len(live) - snapshot.live_elsewhere
     for key in sorted(set(groups) | set(by_group), key=GroupKey.sort_key):
         pods = groups.get(key, [])
         demand[key] = sum((p.intent.gpus for p in pods), Decimal(0))

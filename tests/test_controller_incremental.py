@@ -445,3 +445,22 @@ def test_creates_beyond_the_budget_are_planned_as_a_whole() -> None:
     assert done.whole
     assert len(done.plan.creates) == 1
     assert normal(done.plan) == normal(plan(world.state.snapshot(world.now), config))
+
+
+def test_at_the_trigger_cap_partitions_are_planned_apart_and_reused() -> None:
+    config = PlanConfig(trigger=TriggerSettings(namespace=NS), max_triggers=1)
+    world = World(random.Random(0), config)
+    world.expecting = False
+    for k, model in enumerate(["t4", "a100", "l4", "t4"]):
+        obj = gpu_pod(f"b{k}", "1", model=model, pool="gpu-large" if model == "a100" else None)
+        obj["metadata"]["resourceVersion"] = world.next_rv()
+        world.pods[f"b{k}"] = obj
+        world.state.apply(PENDING_PODS, "ADDED", obj)
+    planner = IncrementalPlanner(world.state, config)
+    for _ in range(3):
+        world.apply_plan()  # one trigger; the other pods told the limit is reached
+    done = planner.run(world.now)
+    assert not done.whole and not done.plan
+    assert normal(done.plan) == normal(plan(world.state.snapshot(world.now), config))
+    world.time()
+    assert planner.run(world.now).replanned == 0
