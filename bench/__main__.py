@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from bench import controller_rss, cost, planner, scaleup_time, steady, webhook
+from bench import burst, controller_rss, cost, planner, scaleup_time, steady, webhook
 
 #: ``--scale`` of the time benchmark in a full run: EKS-like delays halved (NodeClaim
 #: Ready 30 s after creation), so that the whole run stays under about 10 minutes.
@@ -32,6 +32,7 @@ def main() -> None:
     planner.run()
     steady.run()
     controller_rss.run()
+    burst.run()
     print("\n== exact scale-up: cost (bench/cost.py) ==")
     cost.run()
     print("\n== exact scale-up: time to a node (bench/scaleup_time.py) ==")

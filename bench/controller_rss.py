@@ -146,23 +146,29 @@ async def measure(n: int, port: int) -> float:
                 await asyncio.wait_for(proc.wait(), 120)
 
 
-async def _until_settled(port: int, store: Store, seconds: float = 300) -> None:
+async def _until_ready(port: int, seconds: float = 300, poll: float = 0.5) -> None:
+    """Wait until the controller's ``/readyz`` answers 200 (its caches are synced)."""
     deadline = time.monotonic() + seconds
     async with aiohttp.ClientSession() as session:
         while time.monotonic() < deadline:
             try:
                 async with session.get(f"http://127.0.0.1:{port}/readyz") as resp:
                     if resp.status == 200:
-                        break
+                        return
             except aiohttp.ClientError:
                 pass
-            await asyncio.sleep(0.5)
-        last, stable = -1, 0
-        while time.monotonic() < deadline and stable < 6:  # 3 s without a new trigger
-            count = len(store.list(PODS, "gpu-intent-system")[0])
-            stable = stable + 1 if count == last else 0
-            last = count
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(poll)
+
+
+async def _until_settled(port: int, store: Store, seconds: float = 300) -> None:
+    deadline = time.monotonic() + seconds
+    await _until_ready(port, seconds)
+    last, stable = -1, 0
+    while time.monotonic() < deadline and stable < 6:  # 3 s without a new trigger
+        count = len(store.list(PODS, "gpu-intent-system")[0])
+        stable = stable + 1 if count == last else 0
+        last = count
+        await asyncio.sleep(0.5)
 
 
 def run(sizes: tuple[int, ...] = (1_000, 10_000)) -> None:

@@ -112,6 +112,9 @@ class Snapshot:
     used: Mapping[str, Decimal] = field(default_factory=dict)
     #: Nodes of Karpenter NodePools, by name.
     nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
+    #: Live triggers outside this snapshot that count against ``max_triggers`` (when
+    #: `controller.incremental` plans one partition of the cluster; 0 for all of it).
+    live_elsewhere: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -686,7 +689,7 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
     deletes: list[DeleteTrigger] = []
     creates: list[CreateTrigger] = []
     demand: dict[GroupKey, Decimal] = {}
-    budget = config.max_triggers - len(live)
+    budget = config.max_triggers - len(live) - snapshot.live_elsewhere
     node_labels, excluded = excluded_nodes(snapshot.nodes, snapshot.nodepools)
     for key in sorted(set(groups) | set(by_group), key=GroupKey.sort_key):
         pods = groups.get(key, [])
@@ -881,3 +884,53 @@ def _progress(claim: NodeClaimInfo | None) -> int:
     if claim is None:
         return 0
     return 3 if claim.ready else 2 if claim.launched else 1
+
+
+# What `controller.incremental` relies on to re-plan only what changed: how far `plan`'s
+# decisions reach. Keep these two in step with `plan`.
+
+
+def partition(
+    item: PendingPod | InvalidPod | TriggerInfo,
+    pools: Mapping[str, NodePoolInfo],
+    config: PlanConfig,
+) -> tuple[str, str]:
+    """The partition of a pending pod or trigger: (GPU model or ``""``, NodePool or
+    ``""``), every group's pods and triggers in one partition. `plan`'s decisions about
+    the items of one partition do not depend on the items of another, except through the
+    trigger budget (``max_triggers``) and NodeClaims that triggers of two partitions
+    point to, which `controller.incremental` checks, as it checks that no group spans two
+    partitions (by the groups in `Plan.demand`, which names every group with pods or
+    triggers): a wrong guess here costs a whole plan, never a wrong one. A pod's pool is
+    `resolve_pool`'s; invalid pods form their own partition."""
+    if isinstance(item, InvalidPod):
+        return ("\x00invalid", "")
+    if isinstance(item, TriggerInfo):
+        return (item.model or "", item.pool)
+    pool, _ = resolve_pool(item, pools, config)
+    return (item.intent.model or "", pool.name if pool is not None else "")
+
+
+def fresh_claims(claims: Mapping[str, NodeClaimInfo], now: datetime, cover: float) -> bool:
+    """Whether a NodeClaim bought for our triggers turned Ready less than ``cover``
+    seconds ago: its free GPUs take pending pods of any group it can host
+    (`held_covers`), and that ends with ``now`` alone."""
+    window = timedelta(seconds=cover)
+    return any(
+        c.marked and c.ready and c.ready_since is not None and now - c.ready_since < window
+        for c in claims.values()
+    )
+
+
+def time_sensitive(
+    pod: PendingPod | InvalidPod, covers: Mapping[tuple[str, str], tuple[str, datetime]]
+) -> bool:
+    """Whether `plan`'s decisions about ``pod`` may change with ``snapshot.now`` alone,
+    other than the time stamped on statuses it writes. Today: a pod that may be under a
+    NodeReady cover (`held_covers`), by its status or the executor's ``covers``."""
+    if isinstance(pod, InvalidPod):
+        return False
+    if (pod.ref.namespace, pod.ref.name) in covers:
+        return True
+    status = pod.status
+    return status is not None and status.phase == NODE_READY and bool(status.node_claim)

@@ -23,6 +23,7 @@ from typing import Any
 
 from controller import kube as kube_api
 from controller import metrics
+from controller.incremental import IncrementalPlanner
 from controller.informer import Informer, InformerSpec
 from controller.kube import Kube, KubeError
 from controller.model import (
@@ -30,8 +31,6 @@ from controller.model import (
     NODE_LABEL,
     NODEPOOL_LABEL,
     NON_BINDING_SCHEDULER,
-    InvalidPod,
-    PendingPod,
     PodRef,
 )
 from controller.plan import (
@@ -40,7 +39,6 @@ from controller.plan import (
     Plan,
     PlanConfig,
     SetStatus,
-    plan,
     triggered,
 )
 from controller.state import (
@@ -140,6 +138,7 @@ class Controller:
         self.config = config
         self.now = now
         self.state = ClusterState(monotonic)
+        self.planner = IncrementalPlanner(self.state, config.plan)
         self._poked = asyncio.Event()
         self._instance = os.environ.get("POD_NAME") or socket.gethostname()
         #: Write slots for what spends or saves money (creates, deletes, marks, links,
@@ -254,14 +253,14 @@ class Controller:
         new ones linked (Karpenter buys again for a trigger left Unschedulable for a
         batch window). Returns the plan applied."""
         started = time.perf_counter()
-        snapshot = self.state.snapshot(self.now())
-        decided = plan(snapshot, self.config.plan)
+        done = self.planner.run(self.now())
+        decided = done.plan
         if decided:
             await self.apply(decided)
         if self.state.left() and (self._reader is None or self._reader.done()):
             self._reader = asyncio.create_task(self.read_left(), name="read-left")
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
-        self._observe(snapshot.pods, decided)
+        self._observe(done.phases, decided)
         return decided
 
     async def read_left(self) -> None:
@@ -271,15 +270,11 @@ class Controller:
         await self._read_left()
         self._poked.set()
 
-    def _observe(self, pods: Sequence[PendingPod | InvalidPod], decided: Plan) -> None:
-        phases: dict[str, int] = {}
-        for pod in pods:
-            phase = pod.status.phase if pod.status else "New"
-            phases[phase] = phases.get(phase, 0) + 1
+    def _observe(self, phases: Mapping[str, int], decided: Plan) -> None:
         metrics.PENDING_PODS.clear()
         for phase, count in phases.items():
             metrics.PENDING_PODS.labels(phase).set(count)
-        metrics.TRIGGERS.set(len(self.state.objects(TRIGGERS)))
+        metrics.TRIGGERS.set(self.state.count(TRIGGERS))
         metrics.DEMAND_GPUS.clear()
         for key, gpus in decided.demand.items():
             metrics.DEMAND_GPUS.labels(key.pool, key.model or "any").set(float(gpus))

@@ -21,6 +21,9 @@ from typing import Any, TypeVar, cast
 from controller import karpenter
 from controller.model import (
     InvalidPod,
+    NodeClaimInfo,
+    NodeInfo,
+    NodePoolInfo,
     Nomination,
     PendingPod,
     ScaleUpStatus,
@@ -74,6 +77,21 @@ def key_of(obj: Obj) -> Key:
     return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 
+def pool_label_keys(nodepools: Mapping[str, NodePoolInfo]) -> set[str]:
+    """Label keys any of ``nodepools`` defines (what a pod's parse depends on)."""
+    keys: set[str] = set()
+    for pool in nodepools.values():
+        keys |= pool.label_keys()
+    return keys
+
+
+def parse_served_pod(obj: Obj, pool_keys: set[str]) -> PendingPod | InvalidPod | None:
+    """`parse_pending_pod` of a pod in the pending set; None for our own triggers."""
+    if is_trigger((obj.get("metadata") or {}).get("labels")):
+        return None
+    return parse_pending_pod(obj, pool_keys)
+
+
 def _rv(obj: Obj | None) -> str:
     return str(((obj or {}).get("metadata") or {}).get("resourceVersion", ""))
 
@@ -115,6 +133,13 @@ class ClusterState:
         self._parsed: dict[str, dict[Key, tuple[str, int, Any]]] = {kind: {} for kind in KINDS}
         self._generation = 0
         self._pool_keys: set[str] = set()
+        #: Change journal for an incremental reader (`changes`, `version`): keys whose
+        #: view may have changed since the last `changes` call, kinds relisted since then
+        #: (every key may have changed), and a counter per kind moved by every change.
+        self._changed: dict[str, set[Key]] = {kind: set() for kind in KINDS}
+        self._relisted: set[str] = set(KINDS)
+        self._versions: dict[str, int] = dict.fromkeys(KINDS, 0)
+        self._covers_version = 0
 
     @staticmethod
     def _kept(kind: str, obj: Obj) -> Obj:
@@ -143,6 +168,9 @@ class ClusterState:
                     self._note_left(key, obj)
         self._objects[kind] = fresh
         self._expected[kind].clear()
+        self._relisted.add(kind)
+        self._changed[kind].clear()
+        self._versions[kind] += 1
         parsed = self._parsed[kind]
         for key in [k for k in parsed if k not in fresh]:
             del parsed[key]
@@ -151,6 +179,7 @@ class ClusterState:
         """One watch event (ADDED, MODIFIED, DELETED)."""
         key = key_of(obj)
         obj = self._kept(kind, obj)
+        self._touch(kind, key)
         expected = self._expected[kind].get(key)
         if event_type == "DELETED":
             self._objects[kind].pop(key, None)
@@ -164,6 +193,60 @@ class ClusterState:
             self._left.pop(key, None)
         if expected is not None and expected.obj is not None and expected.rv == _rv(obj):
             del self._expected[kind][key]
+
+    def _touch(self, kind: str, key: Key) -> None:
+        """Journal that the view of ``key`` may have changed."""
+        self._changed[kind].add(key)
+        self._versions[kind] += 1
+
+    def version(self, kind: str) -> int:
+        """A counter that moves whenever the view of ``kind`` may have changed (an
+        event, a relist, a write we expect, an expectation expiring)."""
+        return self._versions[kind]
+
+    def covers_version(self) -> int:
+        """A counter that moves whenever the NodeReady covers change."""
+        return self._covers_version
+
+    def changes(self, kind: str) -> set[Key] | None:
+        """Keys of ``kind`` whose view may have changed since the previous call, or None
+        when ``kind`` was relisted since then (every key may have changed). Consumes the
+        journal: meant for one reader (`controller.incremental`). Expired expectations
+        count as changes (see `expire_expectations`)."""
+        if kind in self._relisted:
+            self._relisted.discard(kind)
+            self._changed[kind].clear()
+            return None
+        keys, self._changed[kind] = self._changed[kind], set()
+        return keys
+
+    def current(self, kind: str, key: Key) -> Obj | None:
+        """The view of one object (expectations applied), None when absent."""
+        expected = self._expected[kind].get(key)
+        if expected is not None and expected.deadline >= self._monotonic():
+            return expected.obj
+        return self._objects[kind].get(key)
+
+    def keys(self, kind: str) -> list[Key]:
+        """Every key in the view of ``kind`` (expectations applied), unsorted."""
+        return list(self._view(kind))
+
+    def count(self, kind: str) -> int:
+        """How many objects the view of ``kind`` holds."""
+        return len(self._view(kind))
+
+    def expire_expectations(self) -> None:
+        """Drop expectations past their deadline (journalled as changes)."""
+        now = self._monotonic()
+        for kind, expectations in self._expected.items():
+            for key in [k for k, e in expectations.items() if e.deadline < now]:
+                log.debug("expectation for %s %s/%s expired", kind, *key)
+                del expectations[key]
+                self._touch(kind, key)
+
+    def scheduled(self) -> list[ScheduledPod]:
+        """Bound pods owed a final status, by key."""
+        return [ScheduledPod.parse(obj) for _, obj in sorted(self._bound.items())]
 
     def _note_left(self, key: Key, obj: Obj) -> None:
         """A pod left the ``spec.nodeName=`` selection. Its DELETED event carries the
@@ -211,11 +294,17 @@ class ClusterState:
         ``since`` (the planner's NodeReady cover), before their status is written."""
         for key in keys:
             self._covers[key] = (node_claim, since)
+            self._covers_version += 1
 
     def expire_covers(self, before: datetime) -> None:
         """Forget covers set before ``before`` (they no longer hold anyway)."""
         for key in [k for k, (_, since) in self._covers.items() if since < before]:
             del self._covers[key]
+            self._covers_version += 1
+
+    def covers(self) -> dict[Key, tuple[str, datetime]]:
+        """The NodeReady covers (a copy): pod -> (NodeClaim, when)."""
+        return dict(self._covers)
 
     def owes_final_status(self) -> bool:
         """Whether bound pods are owed a final status (the next pass writes it)."""
@@ -229,12 +318,15 @@ class ClusterState:
     def expect(self, kind: str, obj: Obj) -> None:
         """We wrote ``obj`` (as the API returned it): see it until the watch does."""
         deadline = self._monotonic() + self._expectation_seconds
-        self._expected[kind][key_of(obj)] = _Expectation(self._kept(kind, obj), _rv(obj), deadline)
+        key = key_of(obj)
+        self._expected[kind][key] = _Expectation(self._kept(kind, obj), _rv(obj), deadline)
+        self._touch(kind, key)
 
     def expect_deleted(self, kind: str, key: Key) -> None:
         """We deleted ``key``: treat it as gone until the watch says so."""
         deadline = self._monotonic() + self._expectation_seconds
         self._expected[kind][key] = _Expectation(None, "", deadline)
+        self._touch(kind, key)
 
     def _view(self, kind: str) -> Mapping[Key, Obj]:
         """The cache for ``kind`` with expectations applied (no copy when none apply)."""
@@ -247,6 +339,7 @@ class ClusterState:
             if expected.deadline < now:
                 log.debug("expectation for %s %s/%s expired", kind, *key)
                 del expectations[key]
+                self._touch(kind, key)
             elif expected.obj is None:
                 view.pop(key, None)
             else:
@@ -273,42 +366,25 @@ class ClusterState:
     def pending_expectations(self) -> int:
         return sum(len(e) for e in self._expected.values())
 
-    def snapshot(self, now: datetime) -> Snapshot:
-        """Parse the cache into the planner's input (pure apart from the clock read for
-        expectation expiry)."""
-        nodepools = {
+    def nodepools(self) -> dict[str, NodePoolInfo]:
+        """The cached NodePools, parsed, by name."""
+        return {
             p.name: p
             for key, obj in self._view(NODEPOOLS).items()
             if (p := self._parse(NODEPOOLS, key, obj, parse_nodepool))
         }
-        nodeclaims = {
+
+    def nodeclaims(self) -> dict[str, NodeClaimInfo]:
+        """The cached NodeClaims, parsed, by name."""
+        return {
             c.name: c
             for key, obj in self._view(NODECLAIMS).items()
             if (c := self._parse(NODECLAIMS, key, obj, parse_nodeclaim))
         }
-        pool_keys: set[str] = set()
-        for pool in nodepools.values():
-            pool_keys |= pool.label_keys()
-        if pool_keys != self._pool_keys:
-            # What a pod's parse depends on changed: re-parse every pod once.
-            self._pool_keys = pool_keys
-            self._generation += 1
-        opted_in = {key[1] for key in self._view(NAMESPACES)}
 
-        def pending(obj: Obj) -> PendingPod | InvalidPod | None:
-            if is_trigger((obj.get("metadata") or {}).get("labels")):
-                return None
-            return parse_pending_pod(obj, pool_keys)
-
-        pods: list[PendingPod | InvalidPod] = []
-        for key, obj in self._view(PENDING_PODS).items():
-            parsed = self._parse(PENDING_PODS, key, obj, pending)
-            if parsed is None:
-                continue
-            if key[0] not in opted_in:
-                self._log_ignored(*key)
-                continue
-            pods.append(parsed)
+    def nominations(self, now: datetime) -> dict[Key, Nomination]:
+        """Karpenter's latest ``Nominated`` evidence per trigger ``(namespace, name)``
+        (an event without a timestamp counts as seen ``now``)."""
         nominations: dict[Key, Nomination] = {}
         for key, event in self._view(NOMINATIONS).items():
             nomination = self._parse(NOMINATIONS, key, event, parse_nomination)
@@ -317,6 +393,38 @@ class ClusterState:
             known = nominations.get(nomination.pod)
             if known is None or (nomination.seen or now) >= (known.seen or now):
                 nominations[nomination.pod] = nomination
+        return nominations
+
+    def opted_in(self) -> set[str]:
+        """Names of the namespaces that opted in."""
+        return {key[1] for key in self._view(NAMESPACES)}
+
+    def snapshot(self, now: datetime) -> Snapshot:
+        """Parse the cache into the planner's input (pure apart from the clock read for
+        expectation expiry). Parses only what changed since the last call, but walks
+        every object: `controller.incremental` is the pass that costs what changed."""
+        nodepools = self.nodepools()
+        nodeclaims = self.nodeclaims()
+        pool_keys = pool_label_keys(nodepools)
+        if pool_keys != self._pool_keys:
+            # What a pod's parse depends on changed: re-parse every pod once.
+            self._pool_keys = pool_keys
+            self._generation += 1
+        opted_in = self.opted_in()
+        pods: list[PendingPod | InvalidPod] = []
+
+        def pending(obj: Obj) -> PendingPod | InvalidPod | None:
+            return parse_served_pod(obj, pool_keys)
+
+        for key, obj in self._view(PENDING_PODS).items():
+            parsed = self._parse(PENDING_PODS, key, obj, pending)
+            if parsed is None:
+                continue
+            if key[0] not in opted_in:
+                self.log_ignored(*key)
+                continue
+            pods.append(parsed)
+        nominations = self.nominations(now)
         triggers = []
         for key, obj in self._view(TRIGGERS).items():
             trigger = self._parse(TRIGGERS, key, obj, parse_trigger)
@@ -327,29 +435,37 @@ class ClusterState:
                 )
             else:
                 triggers.append(trigger)
-        nodes = {
-            n.name: n
-            for key, obj in self._view(NODES).items()
-            if (n := self._parse(NODES, key, obj, parse_node))
-        }
-        scheduled = [ScheduledPod.parse(obj) for _, obj in sorted(self._bound.items())]
-        if len(self._used) > 2 * len(nodeclaims) + 100:  # forget nodes long gone
-            joined = {c.node_name for c in nodeclaims.values() if c.node_name}
-            self._used = {node: gpus for node, gpus in self._used.items() if node in joined}
         return Snapshot(
             pods,
             triggers,
             nodeclaims,
             nodepools,
             now,
-            scheduled,
+            self.scheduled(),
             nominations,
             dict(self._covers),
-            dict(self._used),
-            nodes,
+            self.used(),
+            self.nodes(),
         )
 
-    def _log_ignored(self, namespace: str, name: str) -> None:
+    def nodes(self) -> dict[str, NodeInfo]:
+        """The cached nodes of Karpenter NodePools, parsed, by name."""
+        return {
+            n.name: n
+            for key, obj in self._view(NODES).items()
+            if (n := self._parse(NODES, key, obj, parse_node))
+        }
+
+    def used(self) -> dict[str, Decimal]:
+        """GPUs of the pods we served found bound, by node name (see
+        `controller.plan.held_covers`); nodes no NodeClaim names any more are forgotten
+        once they add up."""
+        if len(self._used) > 2 * len(self._objects[NODECLAIMS]) + 100:
+            joined = {c.node_name for c in self.nodeclaims().values() if c.node_name}
+            self._used = {node: gpus for node, gpus in self._used.items() if node in joined}
+        return dict(self._used)
+
+    def log_ignored(self, namespace: str, name: str) -> None:
         """Say once per pod that it is not ours to serve (bounded like `_left`)."""
         if (namespace, name) in self._ignored or len(self._ignored) >= MAX_SCHEDULED:
             return

@@ -1,0 +1,150 @@
+"""A burst of N pending GPU pods: how long until every trigger they need exists.
+
+A sim API server (store and HTTPS only, as in `bench.controller_rss`: no scheduler,
+kubelet or Karpenter) holds two NodePools and 20 opted-in namespaces. The real
+``gpu-intent controller`` binary runs against it with ``--max-triggers`` above what the
+burst needs, and is ready (``/readyz``) before the burst. Then N pods with intents
+(KAI halves of three models, shaped as in `bench.controller_rss`) are created and marked
+``PodScheduled=False, Unschedulable`` as fast as the in-process store takes them. The
+triggers needed are what `controller.plan.plan` makes of those pods with no cap. Printed:
+seconds from the first and from the last pod turning Unschedulable to the last needed
+trigger existing (the target is < 10 s at 10,000 pods), the triggers needed and created,
+and how long creating the burst took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.controller_rss import EXE, _until_ready, nodepool, pod
+from controller.model import parse_nodepool, parse_pending_pod
+from controller.plan import PlanConfig, Snapshot, plan
+from controller.triggers import TriggerSettings
+from sim.server import ApiServer
+from sim.store import NAMESPACES, NODEPOOLS, PODS, Store
+
+TRIGGER_NAMESPACE = "gpu-intent-system"
+
+
+def needed_triggers(pods: list[dict[str, Any]], pools: list[dict[str, Any]]) -> int:
+    """Triggers `plan` makes for ``pods`` with no trigger cap and nothing in flight."""
+    parsed_pools = {p.name: p for p in map(parse_nodepool, pools)}
+    keys: set[str] = set()
+    for pool in parsed_pools.values():
+        keys |= pool.label_keys()
+    parsed = [p for p in (parse_pending_pod(o, keys) for o in pods) if p is not None]
+    config = PlanConfig(trigger=TriggerSettings(namespace=TRIGGER_NAMESPACE), max_triggers=10**9)
+    snapshot = Snapshot(parsed, [], {}, parsed_pools, datetime.now(UTC))
+    return len(plan(snapshot, config).creates)
+
+
+def triggers_in(store: Store) -> int:
+    """Pods in the trigger namespace (a scan without copies: the sim serves meanwhile)."""
+    return sum(
+        1 for o in store.iter_objects(PODS) if o["metadata"]["namespace"] == TRIGGER_NAMESPACE
+    )
+
+
+def _unschedulable(obj: dict[str, Any]) -> None:
+    obj["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/0 nodes are available",
+                "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
+        ],
+    }
+
+
+async def measure(n: int, port: int) -> dict[str, float]:
+    """Run one burst of ``n`` pods; figures in seconds and counts."""
+    store = Store()
+    for k in range(20):
+        store.create(
+            NAMESPACES,
+            {"metadata": {"name": f"team-{k}", "labels": {"gpu-intent.io/inject": "enabled"}}},
+        )
+    store.create(NAMESPACES, {"metadata": {"name": TRIGGER_NAMESPACE}})
+    pools = [nodepool("gpu")]
+    for body in pools:
+        store.create(NODEPOOLS, body)
+    bodies = [pod(i) for i in range(n)]
+    needed = needed_triggers(
+        [{**b, "status": {"conditions": [{"type": "PodScheduled", "status": "False",
+                                          "reason": "Unschedulable"}]}} for b in bodies],
+        [store.get(NODEPOOLS, "", "gpu")],
+    )  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        async with ApiServer(store, token="bench") as server:
+            kubeconfig = server.write_kubeconfig(Path(tmp) / "kubeconfig")
+            proc = await asyncio.create_subprocess_exec(
+                EXE, "--log-level", "WARNING", "controller", "--kubeconfig", str(kubeconfig),
+                "--metrics-address", f"127.0.0.1:{port}", "--max-triggers", str(2 * needed + 100),
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            try:
+                await _until_ready(port, poll=0.05)
+                first = time.monotonic()
+                for i, body in enumerate(bodies):
+                    meta = store.create(PODS, body, body["metadata"]["namespace"])["metadata"]
+                    store.mutate(PODS, meta["namespace"], meta["name"], _unschedulable,
+                                 subresource="status")  # fmt: skip
+                    if i % 200 == 199:
+                        await asyncio.sleep(0)  # let the API server serve meanwhile
+                last = time.monotonic()
+                created = 0
+                done = last
+                deadline = last + 300
+                while time.monotonic() < deadline:
+                    created = triggers_in(store)
+                    if created >= needed:
+                        done = time.monotonic()
+                        break
+                    await asyncio.sleep(0.1)
+                else:
+                    done = float("nan")
+                await asyncio.sleep(2)  # anything beyond the need shows up here
+                created = triggers_in(store)
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                await asyncio.wait_for(proc.wait(), 120)
+    return {
+        "from_first": done - first,
+        "from_last": done - last,
+        "burst": last - first,
+        "needed": needed,
+        "created": created,
+    }
+
+
+def run(sizes: tuple[int, ...] = (10_000,)) -> None:
+    for n in sizes:
+        r = asyncio.run(measure(n, 18000 + os.getpid() % 1000))
+        print(
+            f"burst of {n:>6} pending GPU pods: last needed trigger {r['from_first']:5.1f} s after "
+            f"the first pod turned Unschedulable, {r['from_last']:5.1f} s after the last "
+            f"(target < 10 s); triggers needed {r['needed']:.0f}, created {r['created']:.0f}; "
+            f"creating the burst took {r['burst']:.1f} s"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.burst", description=__doc__)
+    parser.add_argument("--pods", type=int, nargs="+", default=[10_000])
+    run(tuple(parser.parse_args().pods))
+
+
+if __name__ == "__main__":
+    main()

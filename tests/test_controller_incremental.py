@@ -1,0 +1,467 @@
+"""The incremental pass: it must decide exactly what `plan` of the whole cache decides,
+through every kind of change, while re-planning only partitions whose inputs changed."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from controller_fixtures import gpu_pod, nodeclaim, nodepool
+
+from controller import incremental
+from controller.incremental import IncrementalPlanner
+from controller.model import GroupKey, ScaleUpStatus
+from controller.plan import NODE_READY, PROVISIONING, Plan, PlanConfig, plan
+from controller.state import (
+    NAMESPACES,
+    NODECLAIMS,
+    NODEPOOLS,
+    NOMINATIONS,
+    PENDING_PODS,
+    TRIGGERS,
+    ClusterState,
+)
+from controller.triggers import LINKED_REASON, TriggerSettings
+
+NS = "gpu-intent-system"
+START = datetime(2026, 11, 21, 12, 0, 5, tzinfo=UTC)
+MODELS = ("t4", "l4", "a100", None)
+POOL_NAMES = ("gpu-standard", "gpu-large", None, "nowhere")
+
+
+def stamp(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def normal(decided: Plan) -> dict[str, Any]:
+    """A plan with each kind of action as a sorted list (partitions may order them
+    differently; what is decided must not differ)."""
+    return {
+        "links": sorted(map(repr, decided.links)),
+        "statuses": sorted(map(repr, decided.statuses)),
+        "deletes": sorted(map(repr, decided.deletes)),
+        "creates": sorted(
+            json.dumps([c.group.sort_key(), c.gpus, c.body, [str(r) for r in c.serves]])
+            for c in decided.creates
+        ),
+        "demand": dict(decided.demand),
+        "marks": sorted(map(repr, decided.marks)),
+    }
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class World:
+    """A cache, mutated at random the ways the API and the controller change it."""
+
+    def __init__(self, rng: random.Random, config: PlanConfig) -> None:
+        self.rng = rng
+        self.config = config
+        self.clock = Clock()
+        self.now = START
+        self.state = ClusterState(self.clock, expectation_seconds=30)
+        self.rv = 100
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.triggers: dict[str, dict[str, Any]] = {}
+        self.claims: dict[str, dict[str, Any]] = {}
+        self.pools = {
+            "gpu-standard": nodepool("gpu-standard", models=["t4", "l4"], weight=10),
+            "gpu-large": nodepool("gpu-large", models=["a100", "l4"]),
+        }
+        self.state.replace(NODEPOOLS, list(self.pools.values()))
+        self.state.replace(NODECLAIMS, [])
+        self.state.replace(TRIGGERS, [])
+        self.state.replace(NOMINATIONS, [])
+        self.state.replace(
+            NAMESPACES,
+            [{"metadata": {"name": "ml", "labels": {"gpu-intent.io/inject": "enabled"}}}],
+        )
+        self.state.replace(PENDING_PODS, [])
+        self.serial = 0
+        #: Whether writes to triggers reach the cache as expectations half the time (as
+        #: the executor records them) rather than as watch events only.
+        self.expecting = True
+
+    def write_trigger(self, obj: dict[str, Any]) -> None:
+        """A trigger as the API returned it after our write."""
+        self.triggers[obj["metadata"]["name"]] = obj
+        if self.expecting and self.rng.random() < 0.5:
+            self.state.expect(TRIGGERS, obj)
+        else:
+            self.state.apply(TRIGGERS, "MODIFIED", obj)
+
+    def next_rv(self) -> str:
+        self.rv += 1
+        return str(self.rv)
+
+    def new_pod(self) -> None:
+        rng = self.rng
+        self.serial += 1
+        name = f"p{self.serial}"
+        obj = gpu_pod(
+            name,
+            rng.choice(["0.25", "0.5", "1", "2"]),
+            model=rng.choice(MODELS),
+            pool=rng.choice(POOL_NAMES),
+            namespace=rng.choice(["ml", "ml", "ml", "other"]),
+            created=stamp(self.now - timedelta(seconds=rng.randrange(0, 30))),
+            node_selector=rng.choice([{}, {}, {"example.com/nowhere": "x"}]),
+            extra_annotations=rng.choice(
+                [{}, {}, {}, {"gpu-intent.io/gpu-memory": "16000"}, {"gpu-intent.io/gpus": "x"}]
+            ),
+        )
+        obj["metadata"]["resourceVersion"] = self.next_rv()
+        self.pods[name] = obj
+        self.state.apply(PENDING_PODS, "ADDED", obj)
+
+    def tell(self, obj: dict[str, Any], status: ScaleUpStatus) -> dict[str, Any]:
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["annotations"]["gpu-intent.io/scale-up"] = status.to_annotation()
+        obj["metadata"]["resourceVersion"] = self.next_rv()
+        return obj
+
+    def step(self) -> str:
+        """One random change; returns its name (for failure messages)."""
+        rng = self.rng
+        actions = [
+            "new_pod",
+            "new_pod",
+            "modify_pod",
+            "delete_pod",
+            "apply_plan",
+            "apply_plan",
+            "delete_trigger",
+            "claim_progress",
+            "nominate",
+            "pool_change",
+            "namespace",
+            "cover",
+            "expect_pod",
+            "time",
+            "time",
+            "relist",
+            "node_ready_status",
+        ]
+        action = rng.choice(actions)
+        getattr(self, action)()
+        return action
+
+    def modify_pod(self) -> None:
+        if not self.pods:
+            return
+        name = self.rng.choice(sorted(self.pods))
+        obj = copy.deepcopy(self.pods[name])
+        obj["metadata"]["annotations"]["gpu-intent.io/gpus"] = self.rng.choice(["0.5", "1", "3"])
+        obj["metadata"]["resourceVersion"] = self.next_rv()
+        self.pods[name] = obj
+        self.state.apply(PENDING_PODS, "MODIFIED", obj)
+
+    def delete_pod(self) -> None:
+        if not self.pods:
+            return
+        name = self.rng.choice(sorted(self.pods))
+        self.state.apply(PENDING_PODS, "DELETED", self.pods.pop(name))
+
+    def apply_plan(self) -> None:
+        """What the executor and the API do with a fresh plan: triggers created, statuses
+        written (as watch events or as expectations)."""
+        decided = plan(self.state.snapshot(self.now), self.config)
+        for create in decided.creates:
+            self.serial += 1
+            body = json.loads(json.dumps(create.body))
+            name = f"gi-{self.serial}"
+            body["metadata"].update(
+                name=name,
+                uid=f"t{self.serial}",
+                resourceVersion=self.next_rv(),
+                creationTimestamp=stamp(self.now),
+            )
+            self.write_trigger(body)
+        for mark in decided.marks:
+            if mark.ref.name in self.triggers:
+                trigger = copy.deepcopy(self.triggers[mark.ref.name])
+                reason = "Unschedulable" if mark.node_claim is None else LINKED_REASON
+                trigger["status"] = {
+                    "conditions": [{"type": "PodScheduled", "status": "False", "reason": reason}]
+                }
+                trigger["metadata"]["resourceVersion"] = self.next_rv()
+                self.write_trigger(trigger)
+        for delete in decided.deletes:
+            obj = self.triggers.pop(delete.ref.name, None)
+            if obj is not None:
+                self.state.apply(TRIGGERS, "DELETED", obj)
+        for change in decided.statuses:
+            obj = self.pods.get(change.ref.name)
+            if obj is None:
+                continue
+            obj = self.tell(obj, change.status)
+            self.pods[change.ref.name] = obj
+            self.state.apply(PENDING_PODS, "MODIFIED", obj)
+
+    def delete_trigger(self) -> None:
+        if not self.triggers:
+            return
+        name = self.rng.choice(sorted(self.triggers))
+        if self.rng.random() < 0.5:
+            self.state.apply(TRIGGERS, "DELETED", self.triggers.pop(name))
+        else:
+            self.state.expect_deleted(TRIGGERS, (NS, name))
+
+    def claim_progress(self) -> None:
+        """A NodeClaim for a trigger (linked by annotation), or one moving on."""
+        rng = self.rng
+        if self.triggers and (not self.claims or rng.random() < 0.5):
+            name = rng.choice(sorted(self.triggers))
+            trigger = copy.deepcopy(self.triggers[name])
+            annotations = trigger["metadata"]["annotations"]
+            claim_name = f"nc-{name}" if rng.random() < 0.8 else "nc-shared"
+            pool = annotations["gpu-intent.io/pool"]
+            claim = nodeclaim(claim_name, pool, gpus=int(annotations["gpu-intent.io/gpus"]))
+            claim["metadata"]["resourceVersion"] = self.next_rv()
+            self.claims[claim_name] = claim
+            self.state.apply(NODECLAIMS, "ADDED", claim)
+            annotations["gpu-intent.io/nodeclaim"] = claim_name
+            trigger["metadata"]["resourceVersion"] = self.next_rv()
+            self.write_trigger(trigger)
+        elif self.claims:
+            name = rng.choice(sorted(self.claims))
+            old = self.claims[name]
+            pool = old["metadata"]["labels"]["karpenter.sh/nodepool"]
+            gpus = int(old["spec"]["resources"]["requests"]["nvidia.com/gpu"])
+            kind = rng.choice(["launched", "ready", "deleting", "gone"])
+            if kind == "gone":
+                self.state.apply(NODECLAIMS, "DELETED", self.claims.pop(name))
+                return
+            claim = nodeclaim(
+                name,
+                pool,
+                gpus=gpus,
+                launched=True,
+                ready=kind == "ready",
+                node=f"node-{name}" if kind == "ready" else None,
+                deleting=kind == "deleting",
+            )
+            claim["metadata"]["resourceVersion"] = self.next_rv()
+            self.claims[name] = claim
+            self.state.apply(NODECLAIMS, "MODIFIED", claim)
+
+    def nominate(self) -> None:
+        if not self.triggers or not self.claims:
+            return
+        trigger = self.triggers[self.rng.choice(sorted(self.triggers))]["metadata"]
+        claim = self.rng.choice(sorted(self.claims))
+        self.serial += 1
+        event = {
+            "metadata": {"namespace": NS, "name": f"ev{self.serial}", "resourceVersion": "1"},
+            "reason": "Nominated",
+            "involvedObject": {
+                "kind": "Pod",
+                "namespace": NS,
+                "name": trigger["name"],
+                "uid": trigger["uid"],
+            },
+            "message": f"Pod should schedule on: nodeclaim/{claim}",
+            "lastTimestamp": stamp(self.now),
+        }
+        self.state.apply(NOMINATIONS, "ADDED", event)
+
+    def pool_change(self) -> None:
+        name = self.rng.choice(sorted(self.pools))
+        pool = nodepool(
+            name,
+            models=self.rng.choice([["t4", "l4"], ["a100", "l4"], ["t4", "a100", "l4"]]),
+            weight=self.rng.choice([None, 5, 20]),
+            ready=self.rng.random() < 0.8,
+        )
+        pool["metadata"]["resourceVersion"] = self.next_rv()
+        self.pools[name] = pool
+        self.state.apply(NODEPOOLS, "MODIFIED", pool)
+
+    def namespace(self) -> None:
+        other = {"metadata": {"name": "other", "labels": {"gpu-intent.io/inject": "enabled"}}}
+        self.state.apply(NAMESPACES, self.rng.choice(["ADDED", "DELETED"]), other)
+
+    def cover(self) -> None:
+        if self.pods and self.claims:
+            name = self.rng.choice(sorted(self.pods))
+            claim = self.rng.choice(sorted(self.claims))
+            self.state.cover([("ml", name)], claim, self.now)
+        self.state.expire_covers(self.now - timedelta(seconds=self.config.cover_seconds))
+
+    def node_ready_status(self) -> None:
+        """A pod told NodeReady on a NodeClaim (its cover runs out with time alone)."""
+        if not self.pods or not self.claims:
+            return
+        name = self.rng.choice(sorted(self.pods))
+        claim = self.rng.choice(sorted(self.claims))
+        status = ScaleUpStatus(NODE_READY, "ready", None, claim, f"node-{claim}", stamp(self.now))
+        obj = self.tell(self.pods[name], status)
+        self.pods[name] = obj
+        self.state.apply(PENDING_PODS, "MODIFIED", obj)
+
+    def expect_pod(self) -> None:
+        """A status write the watch has not shown yet (masks the cache for a while)."""
+        if not self.pods:
+            return
+        name = self.rng.choice(sorted(self.pods))
+        status = ScaleUpStatus(PROVISIONING, "x", f"{NS}/gi-0", "nc-0", None, stamp(self.now))
+        self.state.expect(PENDING_PODS, self.tell(self.pods[name], status))
+
+    def time(self) -> None:
+        seconds = self.rng.choice([1, 5, 20, 45])
+        self.now += timedelta(seconds=seconds)
+        self.clock.t += seconds
+
+    def relist(self) -> None:
+        kind = self.rng.choice([PENDING_PODS, TRIGGERS, NODECLAIMS])
+        objects = {PENDING_PODS: self.pods, TRIGGERS: self.triggers, NODECLAIMS: self.claims}
+        self.state.replace(kind, [copy.deepcopy(o) for o in objects[kind].values()])
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("max_triggers", [100, 4])
+def test_every_pass_decides_what_a_fresh_plan_of_the_whole_cache_decides(
+    seed: int, max_triggers: int
+) -> None:
+    config = PlanConfig(
+        trigger=TriggerSettings(namespace=NS), default_nodepool=None, max_triggers=max_triggers
+    )
+    world = World(random.Random(seed), config)
+    planner = IncrementalPlanner(world.state, config)
+    history = []
+    for _ in range(120):
+        history.append(world.step())
+        got = planner.run(world.now)
+        want = plan(world.state.snapshot(world.now), config)
+        assert normal(got.plan) == normal(want), history[-5:]
+
+
+def steady_world() -> tuple[World, IncrementalPlanner]:
+    """Pods of two models whose triggers exist and whose statuses are written."""
+    config = PlanConfig(trigger=TriggerSettings(namespace=NS))
+    world = World(random.Random(0), config)
+    world.expecting = False
+    for k, (model, pool) in enumerate([("t4", "gpu-standard"), ("a100", "gpu-large")] * 3):
+        obj = gpu_pod(f"s{k}", "0.5", model=model, pool=pool)
+        obj["metadata"]["resourceVersion"] = world.next_rv()
+        world.pods[f"s{k}"] = obj
+        world.state.apply(PENDING_PODS, "ADDED", obj)
+    planner = IncrementalPlanner(world.state, config)
+    for _ in range(3):
+        world.apply_plan()
+    return world, planner
+
+
+def test_a_pass_where_nothing_changed_plans_nothing_again() -> None:
+    world, planner = steady_world()
+    first = planner.run(world.now)
+    assert not first.plan and first.replanned > 0
+    world.time()
+    again = planner.run(world.now)
+    assert not again.plan
+    assert again.replanned == 0
+    assert again.plan.demand == first.plan.demand
+    assert sum(again.phases.values()) == 6
+
+
+def test_a_changed_pod_replans_its_partition_only() -> None:
+    world, planner = steady_world()
+    planner.run(world.now)
+    obj = copy.deepcopy(world.pods["s1"])  # a100 on gpu-large
+    obj["metadata"]["annotations"]["gpu-intent.io/gpus"] = "2"
+    obj["metadata"]["resourceVersion"] = world.next_rv()
+    world.state.apply(PENDING_PODS, "MODIFIED", obj)
+    done = planner.run(world.now)
+    assert done.replanned == 1
+    assert normal(done.plan) == normal(plan(world.state.snapshot(world.now), planner._config))
+    assert done.plan.creates  # 3 GPUs of a100 now: one more trigger
+
+
+def test_a_cover_running_out_is_noticed_without_any_change() -> None:
+    world, planner = steady_world()
+    # 2 GPUs: room for the three covered 0.5-GPU pods (covers hold only as far as that).
+    claim = nodeclaim("nc-ready", "gpu-standard", gpus=2, ready=True, node="n1")
+    world.state.apply(NODECLAIMS, "ADDED", claim)
+    for name in ("s0", "s2", "s4"):  # the t4 pods, told NodeReady: no demand while covered
+        status = ScaleUpStatus(NODE_READY, "r", None, "nc-ready", "n1", stamp(world.now))
+        world.state.apply(PENDING_PODS, "MODIFIED", world.tell(world.pods[name], status))
+    planner.run(world.now)
+    soon = world.now + timedelta(seconds=10)
+    quiet = planner.run(soon)
+    assert normal(quiet.plan) == normal(plan(world.state.snapshot(soon), planner._config))
+    assert quiet.plan.demand[GroupKey("gpu-standard", "t4")] == 0  # covered: no demand
+    later = world.now + timedelta(seconds=61)
+    expired = planner.run(later)
+    assert expired.plan.demand[GroupKey("gpu-standard", "t4")] == Decimal("1.5")
+    assert normal(expired.plan) == normal(plan(world.state.snapshot(later), planner._config))
+
+
+def test_a_wrong_partition_guess_costs_a_whole_plan_not_a_wrong_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Split every pod into its own partition: groups then span partitions.
+    monkeypatch.setattr(incremental, "partition", lambda item, pools, config: (str(item.ref), ""))
+    world, planner = steady_world()
+    done = planner.run(world.now)
+    assert done.whole
+    assert normal(done.plan) == normal(plan(world.state.snapshot(world.now), planner._config))
+
+
+def test_triggers_of_two_partitions_on_one_nodeclaim_are_planned_together() -> None:
+    world, planner = steady_world()
+    names = sorted(world.triggers)
+    models = {world.triggers[n]["metadata"]["annotations"]["gpu-intent.io/model"] for n in names}
+    assert models == {"t4", "a100"}
+    for name in names:
+        trigger = copy.deepcopy(world.triggers[name])
+        trigger["metadata"]["annotations"]["gpu-intent.io/nodeclaim"] = "nc-both"
+        trigger["metadata"]["resourceVersion"] = world.next_rv()
+        world.state.apply(TRIGGERS, "MODIFIED", trigger)
+    world.state.apply(NODECLAIMS, "ADDED", nodeclaim("nc-both", "gpu-standard", gpus=1))
+    done = planner.run(world.now)
+    assert done.whole
+    assert normal(done.plan) == normal(plan(world.state.snapshot(world.now), planner._config))
+
+
+def test_creates_beyond_the_budget_are_planned_as_a_whole() -> None:
+    config = PlanConfig(trigger=TriggerSettings(namespace=NS), max_triggers=1)
+    world = World(random.Random(0), config)
+    for k, model in enumerate(["t4", "a100", "l4"]):
+        obj = gpu_pod(f"b{k}", "1", model=model)
+        obj["metadata"]["resourceVersion"] = world.next_rv()
+        world.state.apply(PENDING_PODS, "ADDED", obj)
+    planner = IncrementalPlanner(world.state, config)
+    done = planner.run(world.now)
+    assert done.whole
+    assert len(done.plan.creates) == 1
+    assert normal(done.plan) == normal(plan(world.state.snapshot(world.now), config))
+
+
+def test_at_the_trigger_cap_partitions_are_planned_apart_and_reused() -> None:
+    config = PlanConfig(trigger=TriggerSettings(namespace=NS), max_triggers=1)
+    world = World(random.Random(0), config)
+    world.expecting = False
+    for k, model in enumerate(["t4", "a100", "l4", "t4"]):
+        obj = gpu_pod(f"b{k}", "1", model=model, pool="gpu-large" if model == "a100" else None)
+        obj["metadata"]["resourceVersion"] = world.next_rv()
+        world.pods[f"b{k}"] = obj
+        world.state.apply(PENDING_PODS, "ADDED", obj)
+    planner = IncrementalPlanner(world.state, config)
+    for _ in range(3):
+        world.apply_plan()  # one trigger; the other pods told the limit is reached
+    done = planner.run(world.now)
+    assert not done.whole and not done.plan
+    assert normal(done.plan) == normal(plan(world.state.snapshot(world.now), config))
+    world.time()
+    assert planner.run(world.now).replanned == 0

@@ -1,0 +1,54 @@
+"""The executor's write slots: money (trigger creates, deletes, marks) never waits behind
+status and Event writes, which have slots of their own."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from controller.kube import Kube
+from controller.model import GroupKey, PodRef, ScaleUpStatus
+from controller.plan import CreateTrigger, Plan, SetStatus
+from controller.reconciler import Controller, ControllerConfig
+
+
+class StuckStatusKube:
+    """Records API calls; status annotations hang until ``release`` is set (a slow or
+    overloaded API server), creates and status patches answer at once."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.release = asyncio.Event()
+
+    async def create_pod(self, namespace: str, body: Any) -> dict[str, Any]:
+        self.calls.append("create")
+        meta = {"namespace": namespace, "name": "gi-1", "resourceVersion": "5", "uid": "t1"}
+        return {"metadata": meta, "spec": {"schedulerName": "gpu-intent-non-binding"}}
+
+    async def patch_pod_status(self, namespace: str, name: str, patch: Any) -> dict[str, Any]:
+        self.calls.append(f"mark {name}")
+        return {"metadata": {"namespace": namespace, "name": name}, "spec": {}}
+
+    async def annotate_pod(self, namespace: str, name: str, annotations: Any) -> dict[str, Any]:
+        self.calls.append(f"annotate {name}")
+        await self.release.wait()
+        return {"metadata": {"namespace": namespace, "name": name}, "spec": {}}
+
+    async def create_event(self, namespace: str, body: Any) -> None:
+        self.calls.append("event")
+
+
+async def test_trigger_creates_and_marks_never_wait_behind_status_writes() -> None:
+    kube = StuckStatusKube()
+    controller = Controller(cast(Kube, kube), ControllerConfig(concurrency=4))
+    told = ScaleUpStatus("Triggered", "m", "t")
+    controller._queue_statuses([SetStatus(PodRef("ml", f"p{i}"), told, None) for i in range(20)])
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert sum(c.startswith("annotate") for c in kube.calls) == 4  # every report slot busy
+    create = CreateTrigger(GroupKey("gpu", "t4"), 1, {"metadata": {}}, (PodRef("ml", "new"),))
+    await asyncio.wait_for(controller.apply(Plan(creates=(create,))), 5)
+    assert "create" in kube.calls and "mark gi-1" in kube.calls  # not held up
+    kube.release.set()
+    await controller.flush_statuses()
+    assert "annotate new" in kube.calls and "annotate p19" in kube.calls
