@@ -14,6 +14,7 @@ import pytest
 from controller_fixtures import gpu_pod, nodeclaim, nodepool
 
 from controller import incremental
+from controller import state as state_module
 from controller.incremental import IncrementalPlanner
 from controller.model import GroupKey, ScaleUpStatus
 from controller.plan import NODE_READY, PROVISIONING, Plan, PlanConfig, plan
@@ -465,3 +466,46 @@ def test_at_the_trigger_cap_partitions_are_planned_apart_and_reused() -> None:
     assert normal(done.plan) == normal(plan(world.state.snapshot(world.now), config))
     world.time()
     assert planner.run(world.now).replanned == 0
+
+
+def test_nodes_and_new_nodeclaims_bought_for_us_are_planned_as_a_whole_plan_would() -> None:
+    """A Ready node of a GPU pool is labelled once (not once per partition) and new
+    triggers exclude it; a NodeClaim bought for our triggers that just turned Ready
+    offers its free GPUs to any group it hosts, so such passes are planned whole."""
+    world, planner = steady_world()
+    planner.run(world.now)
+    node = {
+        "metadata": {"name": "n9", "labels": {"karpenter.sh/nodepool": "gpu-standard"}},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    world.state.apply(state_module.NODES, "ADDED", node)
+    obj = gpu_pod("fresh", "1", model="t4", pool="gpu-standard")
+    obj["metadata"]["resourceVersion"] = world.next_rv()
+    world.state.apply(PENDING_PODS, "ADDED", obj)
+    done = planner.run(world.now)
+    assert normal(done.plan) == normal(plan(world.state.snapshot(world.now), planner._config))
+    assert [(n.node, n.value) for n in done.plan.labels] == [("n9", "n9")]
+    body = done.plan.creates[0].body
+    terms = body["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]  # type: ignore[index]
+    assert {"key": "gpu-intent.io/node", "operator": "NotIn", "values": ["n9"]} in terms[
+        "nodeSelectorTerms"
+    ][0]["matchExpressions"]
+    ready = nodeclaim(
+        "nc-fresh",
+        "gpu-standard",
+        gpus=4,
+        model="t4",
+        ready=True,
+        node="n8",
+        marked=["gi-gone"],
+        created=stamp(world.now),
+    )
+    world.state.apply(NODECLAIMS, "ADDED", ready)
+    free = planner.run(world.now)
+    assert free.whole
+    assert normal(free.plan) == normal(plan(world.state.snapshot(world.now), planner._config))
+    assert {s.status.node_claim for s in free.plan.statuses if s.status.phase == "NodeReady"} == {
+        "nc-fresh"
+    }
