@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.controller_rss import EXE, _until_ready, nodepool, pod
+from bench.controller_rss import EXE, _until_ready, mark_unschedulable, nodepool, pod
 from controller.model import parse_nodepool, parse_pending_pod
 from controller.plan import PlanConfig, Snapshot, plan
 from controller.triggers import TriggerSettings
@@ -54,18 +54,7 @@ def triggers_in(store: Store) -> int:
 
 
 def _unschedulable(obj: dict[str, Any]) -> None:
-    obj["status"] = {
-        "phase": "Pending",
-        "conditions": [
-            {
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": "Unschedulable",
-                "message": "0/0 nodes are available",
-                "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            }
-        ],
-    }
+    mark_unschedulable(obj, datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
 async def measure(n: int, port: int) -> dict[str, float]:

@@ -14,6 +14,7 @@ its ``/readyz`` answers and its trigger count stops moving, its peak resident se
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import sys
@@ -103,21 +104,30 @@ def fill(store: Store, n: int) -> None:
         created = store.create(PODS, body, body["metadata"]["namespace"])
         meta = created["metadata"]
 
-        def unschedulable(obj: dict[str, Any], stamp: str = meta["creationTimestamp"]) -> None:
-            obj["status"] = {
-                "phase": "Pending",
-                "conditions": [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": "Unschedulable",
-                        "message": "0/0 nodes are available",
-                        "lastTransitionTime": stamp,
-                    }
-                ],
-            }
+        store.mutate(
+            PODS,
+            meta["namespace"],
+            meta["name"],
+            functools.partial(mark_unschedulable, stamp=str(meta["creationTimestamp"])),
+            subresource="status",
+        )
 
-        store.mutate(PODS, meta["namespace"], meta["name"], unschedulable, subresource="status")
+
+def mark_unschedulable(obj: dict[str, Any], stamp: str) -> None:
+    """Set ``obj``'s status as kube-scheduler leaves a pod no node fits: Pending,
+    ``PodScheduled=False, reason=Unschedulable`` since ``stamp`` (RFC 3339)."""
+    obj["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/0 nodes are available",
+                "lastTransitionTime": stamp,
+            }
+        ],
+    }
 
 
 def peak_rss_mib(pid: int) -> float:

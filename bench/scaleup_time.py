@@ -50,15 +50,22 @@ BURST_PODS: Final = 500
 BURST_RATE: Final = 100.0
 
 
+#: ``--max-triggers`` for the runs: above what the 500-pod burst needs at once (about 190
+#: triggers), so the comparison times the scale-up, not the safety cap (default 100; with
+#: it, the pods beyond the cap wait for the first NodeClaims to be Ready).
+MAX_TRIGGERS = 500
+
+
 def controller_config(factor: float) -> ControllerConfig:
     """The controller's defaults (0.1 s idle, 0.5 s max debounce, 5 s resync, 60 s cover),
-    every delay times ``factor``."""
+    every delay times ``factor``, and `MAX_TRIGGERS`."""
     defaults = ControllerConfig()
     return ControllerConfig(
         plan=PlanConfig(
             trigger=TriggerSettings(namespace=cost.TRIGGERS_NS),
             default_nodepool=cost.DEFAULT_NODEPOOL,
             cover_seconds=PlanConfig().cover_seconds * factor,
+            max_triggers=MAX_TRIGGERS,
         ),
         idle_seconds=defaults.idle_seconds * factor,
         max_delay_seconds=defaults.max_delay_seconds * factor,
@@ -250,7 +257,8 @@ async def main_async(factor: float, burst: bool) -> None:
             f"Karpenter timings: EKS-like estimates x {factor:g}: batch {timings.batch_idle_seconds:g}s idle /"
             f" {timings.batch_max_seconds:g}s max, requeue {timings.requeue_seconds:g}s, NodeClaim launch"
             f" {timings.launch_seconds:g}s + register {timings.register_seconds:g}s + initialize"
-            f" {timings.initialize_seconds:g}s = Ready {ready:g}s after creation; controller defaults x {factor:g}"
+            f" {timings.initialize_seconds:g}s = Ready {ready:g}s after creation; controller defaults x {factor:g},"
+            f" --max-triggers {MAX_TRIGGERS}"
         )
         wait_seconds = 4 * ready + 60 * factor
         wall = time.perf_counter()
