@@ -9,6 +9,7 @@ privileges. Purely computational: `trigger_pod` returns the JSON body to create.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import math
@@ -84,11 +85,17 @@ class TriggerSettings:
 
     @property
     def min_cpu_millis(self) -> int:
-        return math.ceil(parse_quantity(self.cpu, "trigger cpu") * 1000)
+        return _scaled_quantity(self.cpu, "trigger cpu", 1000)
 
     @property
     def min_memory_bytes(self) -> int:
-        return math.ceil(parse_quantity(self.memory, "trigger memory"))
+        return _scaled_quantity(self.memory, "trigger memory", 1)
+
+
+@functools.lru_cache(maxsize=64)
+def _scaled_quantity(text: str, what: str, scale: int) -> int:
+    """A quantity times ``scale``, rounded up (parsed once per distinct setting)."""
+    return math.ceil(parse_quantity(text, what) * scale)
 
 
 def _dns_label(text: str) -> str:
@@ -106,11 +113,10 @@ def trigger_name(group: GroupKey, serves: Sequence[PodRef], stamp: str) -> str:
     (`controller.model.TRIGGER_MARKER_KEY`), and a create retried after an unknown
     outcome cannot make a second trigger (the API server answers 409 AlreadyExists).
     Pure."""
-    text = "\n".join(
-        [*map(str, group.sort_key()), stamp, *(f"{r}/{r.uid}" for r in sorted(serves))]
-    )
+    refs = sorted(f"{r.namespace}/{r.name}/{r.uid}" for r in serves)
+    text = "\n".join([*map(str, group.sort_key()), stamp, *refs])
     digest = hashlib.sha256(text.encode()).digest()
-    suffix = base64.b32encode(digest).decode().lower()[:10]
+    suffix = base64.b32encode(digest[:7]).decode().lower()[:10]  # 50 bits
     return f"gi-{_dns_label(group.pool)}-{_dns_label(group.model or 'any')}-{suffix}"
 
 
