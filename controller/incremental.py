@@ -35,6 +35,7 @@ from datetime import datetime
 from decimal import Decimal
 from itertools import chain
 
+from controller.capacity import fresh_claims
 from controller.model import (
     InvalidPod,
     NodeClaimInfo,
@@ -50,7 +51,6 @@ from controller.plan import (
     Plan,
     PlanConfig,
     Snapshot,
-    fresh_claims,
     partition,
     plan,
     time_sensitive,
@@ -404,6 +404,6 @@ def _merge(plans: Sequence[Plan]) -> Plan:
         ),
         demand={k: v for p in plans for k, v in p.demand.items()},
         marks=tuple(chain.from_iterable(p.marks for p in plans)),
-        # Every partition's plan labels the same nodes (`excluded_nodes` reads them all).
+        # Every partition's plan labels the same nodes (`controller.capacity.excluded_nodes` reads them all).
         labels=tuple(dict.fromkeys(chain.from_iterable(p.labels for p in plans))),
     )

@@ -85,6 +85,16 @@ class PodRef:
         return f"{self.namespace}/{self.name}"
 
 
+# Phases of the scale-up status annotation (see `ScaleUpStatus`).
+NATIVE = "Native"
+UNRESOLVABLE = "Unresolvable"
+INVALID = "InvalidIntent"
+TRIGGERED = "Triggered"
+PROVISIONING = "Provisioning"
+NODE_READY = "NodeReady"
+SCHEDULED = "Scheduled"
+
+
 @dataclass(frozen=True, slots=True)
 class ScaleUpStatus:
     """What the controller last told a pod, kept in its ``gpu-intent.io/scale-up``
@@ -259,6 +269,12 @@ class NodePoolInfo:
     def label_keys(self) -> set[str]:
         """Label keys this pool defines (requirements and template labels)."""
         return {r.key for r in self.requirements} | set(self.labels)
+
+    def makes_gpus(self) -> bool:
+        """Whether the pool says it makes GPU nodes: a GPU-ish requirement or label key,
+        or a taint on ``nvidia.com/gpu``."""
+        keys = self.label_keys() | {str(t.get("key", "")) for t in self.taints}
+        return any("gpu" in key for key in keys)
 
     def admits(self, key: str, value: str) -> bool:
         """Whether this pool can make nodes with label ``key=value``."""

@@ -39,11 +39,19 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from controller import karpenter
+from controller.capacity import excluded_nodes, held_covers, place_on_free
 from controller.model import (
+    INVALID,
+    NATIVE,
+    NODE_READY,
+    PROVISIONING,
+    SCHEDULED,
+    TRIGGERED,
+    UNRESOLVABLE,
     GroupKey,
     InvalidPod,
     NodeClaimInfo,
@@ -56,20 +64,9 @@ from controller.model import (
     ScaleUpStatus,
     ScheduledPod,
     TriggerInfo,
-    node_label_value,
-    parse_time,
 )
 from controller.triggers import LINKED_REASON, TriggerSettings, trigger_name, trigger_pod
 from gpu_intent.intent import format_gpus
-
-# Phases of the scale-up status annotation (see model.ScaleUpStatus).
-NATIVE = "Native"
-UNRESOLVABLE = "Unresolvable"
-INVALID = "InvalidIntent"
-TRIGGERED = "Triggered"
-PROVISIONING = "Provisioning"
-NODE_READY = "NodeReady"
-SCHEDULED = "Scheduled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +105,8 @@ class Snapshot:
     #: NodeReady covers the executor set when it deleted a trigger (pod ``(namespace,
     #: name)`` -> (NodeClaim, when)): they hold even if the status write failed.
     covers: Mapping[tuple[str, str], tuple[str, datetime]] = field(default_factory=dict)
-    #: GPUs of the pods we served found bound, by node name (see `held_covers`).
+    #: GPUs of the pods we served found bound, by node name (see
+    #: `controller.capacity.held_covers`).
     used: Mapping[str, Decimal] = field(default_factory=dict)
     #: Nodes of Karpenter NodePools, by name.
     nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
@@ -196,7 +194,7 @@ class Plan:
     #: GPUs of demand per group this pass (for metrics and the demo's report).
     demand: Mapping[GroupKey, Decimal] = field(default_factory=dict)
     marks: tuple[MarkTrigger, ...] = ()
-    #: Node labels to set before the creates (see `excluded_nodes`).
+    #: Node labels to set before the creates (see `controller.capacity.excluded_nodes`).
     labels: tuple[LabelNode, ...] = ()
 
     def __bool__(self) -> bool:
@@ -239,13 +237,6 @@ def is_native(pod: PendingPod) -> bool:
     )
 
 
-def _gpu_pool(pool: NodePoolInfo) -> bool:
-    """A pool that says it makes GPU nodes: a GPU-ish requirement or label key, or a
-    taint on ``nvidia.com/gpu``."""
-    keys = pool.label_keys() | {str(t.get("key", "")) for t in pool.taints}
-    return any("gpu" in key for key in keys)
-
-
 def resolve_pool(
     pod: PendingPod, pools: Mapping[str, NodePoolInfo], config: PlanConfig
 ) -> tuple[NodePoolInfo | None, str]:
@@ -269,7 +260,7 @@ def resolve_pool(
         default = pools.get(config.default_nodepool or "")
         if default is not None and default.ready:
             return default, ""
-        gpu_pools = [p for p in ready if _gpu_pool(p)]
+        gpu_pools = [p for p in ready if p.makes_gpus()]
         if pod.intent.gpu_memory_mib and gpu_pools and not config.default_nodepool:
             return gpu_pools[0], ""  # the memory requirement lets Karpenter pick the GPU
         if config.default_nodepool:
@@ -279,111 +270,10 @@ def resolve_pool(
             )
         return None, "the intent names no GPU model and no default NodePool is configured"
     explicit = [p for p in ready if p.admits(label, model) and label in p.label_keys()]
-    implicit = [p for p in ready if p.admits(label, model) and _gpu_pool(p)]
+    implicit = [p for p in ready if p.admits(label, model) and p.makes_gpus()]
     if not (explicit or implicit):
         return None, f"no Ready NodePool offers GPU model {model!r} ({label})"
     return (explicit or implicit)[0], ""
-
-
-def _cover_of(
-    pod: PendingPod,
-    claims: Mapping[str, NodeClaimInfo],
-    covers: Mapping[tuple[str, str], tuple[str, datetime]],
-    now: datetime,
-    cover: float,
-) -> tuple[str, datetime] | None:
-    """The NodeClaim the pod was told NodeReady on (in its status annotation, or by the
-    executor's own record) less than ``cover`` seconds ago, if it is still Ready, and
-    when; None when no such cover holds."""
-    marks: list[tuple[str, datetime]] = []
-    status = pod.status
-    if status is not None and status.phase == NODE_READY and status.node_claim:
-        since = parse_time(status.since)
-        if since is not None:
-            marks.append((status.node_claim, since))
-    if (held := covers.get((pod.ref.namespace, pod.ref.name))) is not None:
-        marks.append(held)
-    for claim_name, since in marks:
-        claim = claims.get(claim_name)
-        ready = claim is not None and claim.ready and not claim.deleting
-        if ready and now - since < timedelta(seconds=cover):
-            return claim_name, since
-    return None
-
-
-def held_covers(
-    pods: Iterable[PendingPod],
-    claims: Mapping[str, NodeClaimInfo],
-    covers: Mapping[tuple[str, str], tuple[str, datetime]],
-    used: Mapping[str, Decimal],
-    now: datetime,
-    cover: float,
-) -> tuple[set[PodRef], dict[str, Decimal]]:
-    """The pods whose NodeReady cover still holds (left to their scheduler, out of
-    planning), and the GPUs still free on the NodeClaims bought for our triggers that
-    turned Ready less than ``cover`` seconds ago (name -> GPUs), for other pods.
-
-    A NodeClaim's room is its GPUs (`NodeClaimInfo.gpus`) minus ``used`` (GPUs of the
-    pods we served found bound to its node, by node name). A cover holds for ``cover``
-    seconds while its NodeClaim is Ready, and only as far as that room goes: the pods'
-    schedulers place whichever pending pods they like, so when others took the GPUs a
-    covered pod was told about, the pods left over (latest covered first) count as
-    demand again at once instead of waiting out the cover. What the held covers leave
-    of a recent NodeClaim's room is free capacity Karpenter bought for us: pending
-    pods that fit there are sent to it before any trigger is made (`plan`). Pure."""
-    window = timedelta(seconds=cover)
-    room: dict[str, Decimal] = {}
-
-    def room_of(claim: NodeClaimInfo) -> Decimal:
-        if claim.name not in room:
-            room[claim.name] = claim.gpus - used.get(claim.node_name or "", Decimal(0))
-        return room[claim.name]
-
-    by_claim: dict[str, list[tuple[datetime, PendingPod]]] = defaultdict(list)
-    for pod in pods:
-        if (mark := _cover_of(pod, claims, covers, now, cover)) is not None:
-            by_claim[mark[0]].append((mark[1], pod))
-    held: set[PodRef] = set()
-    for name, marked in by_claim.items():
-        claim = claims[name]
-        for _, pod in sorted(marked, key=lambda m: (m[0], m[1].ref)):
-            if pod.intent.gpus <= room_of(claim):
-                held.add(pod.ref)
-                room[name] -= pod.intent.gpus
-    free = {
-        c.name: room_of(c)
-        for c in claims.values()
-        if c.marked
-        and c.ready
-        and not c.deleting
-        and c.ready_since is not None
-        and now - c.ready_since < window
-    }
-    return held, {name: gpus for name, gpus in free.items() if gpus > 0}
-
-
-def _claim_hosts(claim: NodeClaimInfo, key: GroupKey, pod: PendingPod, config: PlanConfig) -> bool:
-    """Whether ``pod`` of group ``key`` can run on ``claim``'s node: its pool, the
-    group's model, GPU memory and copied selector, and the pod's own node selector and
-    required node affinity, checked against the NodeClaim's labels (a key the NodeClaim
-    does not carry is taken as satisfiable, as for `unmet_constraint`)."""
-    settings = config.trigger
-    if claim.pool != key.pool:
-        return False
-    if key.model and not claim.admits(settings.gpu_name_label, key.model):
-        return False
-    if key.min_memory_mib:
-        try:
-            if int(claim.labels.get(settings.gpu_memory_label, "0")) < key.min_memory_mib:
-                return False
-        except ValueError:
-            return False
-    if not all(claim.admits(k, v) for k, v in (*key.selector, *pod.node_selector)):
-        return False
-    return not pod.affinity_terms or any(
-        all(r.key not in claim.labels or r.admits(claim.labels[r.key]) for r in term)
-        for term in pod.affinity_terms
-    )
 
 
 #: Label domains that agents running on GPU nodes set once the node has joined (NVIDIA
@@ -446,37 +336,6 @@ def unmet_constraint(pod: PendingPod, pool: NodePoolInfo) -> str | None:
                 f"no node of NodePool {pool.name} can satisfy it"
             )
     return None
-
-
-#: Most nodes one trigger excludes by name (`excluded_nodes`): a bound on the size of the
-#: trigger's spec and of the NodeClaim requirements Karpenter copies it into.
-MAX_EXCLUDED_NODES = 100
-
-
-def excluded_nodes(
-    nodes: Mapping[str, NodeInfo], pools: Mapping[str, NodePoolInfo]
-) -> tuple[tuple[LabelNode, ...], dict[str, tuple[str, ...]]]:
-    """Which Ready nodes of GPU NodePools still need `controller.model.NODE_LABEL`, and,
-    per pool, the label values a new trigger of that pool excludes (``NotIn``, at most
-    `MAX_EXCLUDED_NODES`, newest names last; a node being labelled this pass counts).
-
-    Every Ready node of the pool is excluded: the pods a trigger stands for are
-    Unschedulable, so their scheduler refused each node that exists; capacity freed
-    later reaches them through their scheduler, and the NodeClaims bought for our
-    triggers are not Ready (not excluded) while they come up. Pure."""
-    labels: list[LabelNode] = []
-    by_pool: dict[str, list[str]] = defaultdict(list)
-    for node in sorted(nodes.values(), key=lambda n: n.name):
-        pool = pools.get(node.pool or "")
-        if not node.ready or pool is None or not _gpu_pool(pool):
-            continue
-        value = node.label or node_label_value(node.name)
-        if node.label is None:
-            labels.append(LabelNode(node.name, value))
-        by_pool[pool.name].append(value)
-    return tuple(labels), {
-        name: tuple(values[-MAX_EXCLUDED_NODES:]) for name, values in by_pool.items()
-    }
 
 
 def pack(pods: Iterable[PendingPod]) -> list[_Bin]:
@@ -654,7 +513,24 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
 
     for key in sorted(groups, key=GroupKey.sort_key):
         if free:
-            groups[key] = _send_to_free(groups[key], key, free, claims, config, stamp, tell)
+            groups[key], placed = place_on_free(
+                groups[key],
+                key,
+                free,
+                claims,
+                config.trigger.gpu_name_label,
+                config.trigger.gpu_memory_label,
+            )
+            for pod, host in placed:
+                node = host.node_name or "(unknown)"
+                message = (
+                    f"NodeClaim {host.name} is Ready as node {node} with GPUs free for "
+                    "this pod; left to the pod's scheduler"
+                )
+                status = ScaleUpStatus(
+                    NODE_READY, message, None, host.name, host.node_name, stamp
+                )
+                tell(pod, status, Event("Normal", "NodeReady", message))
 
     claim_of_node = {c.node_name: c.name for c in claims.values() if c.node_name}
     for done in snapshot.scheduled:
@@ -690,7 +566,8 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
     creates: list[CreateTrigger] = []
     demand: dict[GroupKey, Decimal] = {}
     budget = config.max_triggers - len(live) - snapshot.live_elsewhere
-    node_labels, excluded = excluded_nodes(snapshot.nodes, snapshot.nodepools)
+    to_label, excluded = excluded_nodes(snapshot.nodes, snapshot.nodepools)
+    node_labels = tuple(LabelNode(node, value) for node, value in to_label)
     for key in sorted(set(groups) | set(by_group), key=GroupKey.sort_key):
         pods = groups.get(key, [])
         demand[key] = sum((p.intent.gpus for p in pods), Decimal(0))
@@ -753,48 +630,6 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
         marks,
         node_labels,
     )
-
-
-def _send_to_free(
-    pods: list[PendingPod],
-    key: GroupKey,
-    free: dict[str, Decimal],
-    claims: Mapping[str, NodeClaimInfo],
-    config: PlanConfig,
-    stamp: str,
-    tell: Callable[[PendingPod, ScaleUpStatus, Event | None], None],
-) -> list[PendingPod]:
-    """Send the group's pods that fit the free GPUs of recent NodeClaims (``free``, see
-    `held_covers`; consumed here) to them: they are told ``NodeReady`` on that NodeClaim
-    and left to their scheduler. Largest need first, first NodeClaim (by name) with
-    room; a pod that states GPU memory needs whole GPUs. Returns the pods left to plan."""
-    left: list[PendingPod] = []
-    order = sorted(pods, key=lambda p: (-p.intent.gpus, p.created or datetime.min, p.ref))
-    for pod in order:
-        need = pod.intent.gpus
-        if pod.intent.gpu_memory_mib:
-            need = Decimal(math.ceil(need))
-        name = next(
-            (
-                n
-                for n in sorted(free)
-                if free[n] >= need and _claim_hosts(claims[n], key, pod, config)
-            ),
-            None,
-        )
-        if name is None:
-            left.append(pod)
-            continue
-        free[name] -= need
-        claim = claims[name]
-        node = claim.node_name or "(unknown)"
-        message = (
-            f"NodeClaim {name} is Ready as node {node} with GPUs free for this pod; "
-            "left to the pod's scheduler"
-        )
-        status = ScaleUpStatus(NODE_READY, message, None, name, claim.node_name, stamp)
-        tell(pod, status, Event("Normal", "NodeReady", message))
-    return left
 
 
 class _Capacity:
@@ -911,23 +746,13 @@ def partition(
     return (item.intent.model or "", pool.name if pool is not None else "")
 
 
-def fresh_claims(claims: Mapping[str, NodeClaimInfo], now: datetime, cover: float) -> bool:
-    """Whether a NodeClaim bought for our triggers turned Ready less than ``cover``
-    seconds ago: its free GPUs take pending pods of any group it can host
-    (`held_covers`), and that ends with ``now`` alone."""
-    window = timedelta(seconds=cover)
-    return any(
-        c.marked and c.ready and c.ready_since is not None and now - c.ready_since < window
-        for c in claims.values()
-    )
-
-
 def time_sensitive(
     pod: PendingPod | InvalidPod, covers: Mapping[tuple[str, str], tuple[str, datetime]]
 ) -> bool:
     """Whether `plan`'s decisions about ``pod`` may change with ``snapshot.now`` alone,
     other than the time stamped on statuses it writes. Today: a pod that may be under a
-    NodeReady cover (`held_covers`), by its status or the executor's ``covers``."""
+    NodeReady cover (`controller.capacity.held_covers`), by its status or the
+    executor's ``covers``."""
     if isinstance(pod, InvalidPod):
         return False
     if (pod.ref.namespace, pod.ref.name) in covers:

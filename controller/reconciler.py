@@ -31,10 +31,10 @@ from controller.model import (
     NODE_LABEL,
     NODEPOOL_LABEL,
     NON_BINDING_SCHEDULER,
+    SCHEDULED,
     PodRef,
 )
 from controller.plan import (
-    SCHEDULED,
     Event,
     Plan,
     PlanConfig,

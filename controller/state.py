@@ -458,7 +458,7 @@ class ClusterState:
 
     def used(self) -> dict[str, Decimal]:
         """GPUs of the pods we served found bound, by node name (see
-        `controller.plan.held_covers`); nodes no NodeClaim names any more are forgotten
+        `controller.capacity.held_covers`); nodes no NodeClaim names any more are forgotten
         once they add up."""
         if len(self._used) > 2 * len(self._objects[NODECLAIMS]) + 100:
             joined = {c.node_name for c in self.nodeclaims().values() if c.node_name}

@@ -201,7 +201,7 @@ def trigger_pod(
     ``min_memory_mib``, ``<gpu_memory_label> Gt min-1`` (and the annotation
     ``gpu-intent.io/gpu-memory``), and with ``exclude_nodes``, ``gpu-intent.io/node
     NotIn [exclude_nodes]`` (`controller.model.NODE_LABEL`: nodes its pods' scheduler
-    already refused, see `controller.plan.excluded_nodes`);
+    already refused, see `controller.capacity.excluded_nodes`);
     tolerations for the pool's taints; one pause container requesting ``gpus`` of
     ``nvidia.com/gpu`` (requests = limits, as Kubernetes requires for extended resources)
     and ``cpu_millis``/``memory_bytes`` (the pods' own, at least the settings' minimum);

@@ -16,8 +16,8 @@ from controller_fixtures import gpu_pod, nodeclaim, nodepool
 from controller import incremental
 from controller import state as state_module
 from controller.incremental import IncrementalPlanner
-from controller.model import GroupKey, ScaleUpStatus
-from controller.plan import NODE_READY, PROVISIONING, Plan, PlanConfig, plan
+from controller.model import NODE_READY, PROVISIONING, GroupKey, ScaleUpStatus
+from controller.plan import Plan, PlanConfig, plan
 from controller.state import (
     NAMESPACES,
     NODECLAIMS,

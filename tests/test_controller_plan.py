@@ -12,8 +12,15 @@ from typing import Any
 import pytest
 from controller_fixtures import T0, gpu_pod, nodeclaim, nodepool
 
+from controller.capacity import MAX_EXCLUDED_NODES, excluded_nodes
 from controller.model import (
+    NATIVE,
+    NODE_READY,
     NON_BINDING_SCHEDULER,
+    PROVISIONING,
+    SCHEDULED,
+    TRIGGERED,
+    UNRESOLVABLE,
     GroupKey,
     NodeInfo,
     Nomination,
@@ -30,17 +37,9 @@ from controller.model import (
     parse_trigger,
 )
 from controller.plan import (
-    MAX_EXCLUDED_NODES,
-    NATIVE,
-    NODE_READY,
-    PROVISIONING,
-    SCHEDULED,
-    TRIGGERED,
-    UNRESOLVABLE,
     Plan,
     PlanConfig,
     Snapshot,
-    excluded_nodes,
     link_claims,
     pack,
     plan,

@@ -1,0 +1,217 @@
+"""GPU capacity accounting for trigger planning: what new nodes still have room for, and
+which nodes a new trigger must not count. Purely computational; `controller.plan` turns
+the results into statuses and trigger specs.
+
+- **Covers with room** (`held_covers`): pods told ``NodeReady`` on a NodeClaim stay out
+  of planning for the cover period, but only as far as the NodeClaim's GPUs have room
+  once the GPUs of the pods we served found bound to its node are taken off. The pods'
+  schedulers place whichever pending pods they like; covered pods left without room
+  count as demand again at once.
+- **Free GPUs of new nodes** (`place_on_free`): what the held covers leave of a NodeClaim
+  bought for our triggers (it carries their marker, `controller.model.TRIGGER_MARKER_KEY`)
+  that turned Ready within the cover period takes pending pods it can host, before any
+  trigger is made.
+- **Refused nodes** (`excluded_nodes`): the pods a trigger stands for are Unschedulable,
+  so their own scheduler refused every node that exists, even where Karpenter sees free
+  ``nvidia.com/gpu`` (HAMi's device plugin advertises 10 per GPU, REFERENCE.md section
+  3). A new trigger excludes the Ready nodes of its pool by `controller.model.NODE_LABEL`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from controller.model import (
+    NODE_READY,
+    GroupKey,
+    NodeClaimInfo,
+    NodeInfo,
+    NodePoolInfo,
+    PendingPod,
+    PodRef,
+    node_label_value,
+    parse_time,
+)
+
+#: Most nodes one trigger excludes by name (`excluded_nodes`): a bound on the size of the
+#: trigger's spec and of the NodeClaim requirements Karpenter copies it into.
+MAX_EXCLUDED_NODES = 100
+
+
+def cover_of(
+    pod: PendingPod,
+    claims: Mapping[str, NodeClaimInfo],
+    covers: Mapping[tuple[str, str], tuple[str, datetime]],
+    now: datetime,
+    cover: float,
+) -> tuple[str, datetime] | None:
+    """The NodeClaim the pod was told NodeReady on (in its status annotation, or by the
+    executor's own record ``covers``: pod ``(namespace, name)`` -> (NodeClaim, when))
+    less than ``cover`` seconds ago, if it is still Ready, and when; None when no such
+    cover holds."""
+    marks: list[tuple[str, datetime]] = []
+    status = pod.status
+    if status is not None and status.phase == NODE_READY and status.node_claim:
+        since = parse_time(status.since)
+        if since is not None:
+            marks.append((status.node_claim, since))
+    if (held := covers.get((pod.ref.namespace, pod.ref.name))) is not None:
+        marks.append(held)
+    for claim_name, since in marks:
+        claim = claims.get(claim_name)
+        ready = claim is not None and claim.ready and not claim.deleting
+        if ready and now - since < timedelta(seconds=cover):
+            return claim_name, since
+    return None
+
+
+def fresh(claim: NodeClaimInfo, now: datetime, cover: float) -> bool:
+    """Whether ``claim`` was bought for our triggers and turned Ready less than ``cover``
+    seconds ago (its free GPUs are ours to place pods on)."""
+    return (
+        bool(claim.marked)
+        and claim.ready
+        and not claim.deleting
+        and claim.ready_since is not None
+        and now - claim.ready_since < timedelta(seconds=cover)
+    )
+
+
+def fresh_claims(claims: Mapping[str, NodeClaimInfo], now: datetime, cover: float) -> bool:
+    """Whether any NodeClaim is `fresh`: its free GPUs take pending pods of any group it
+    can host, and that ends with ``now`` alone."""
+    return any(fresh(c, now, cover) for c in claims.values())
+
+
+def held_covers(
+    pods: Iterable[PendingPod],
+    claims: Mapping[str, NodeClaimInfo],
+    covers: Mapping[tuple[str, str], tuple[str, datetime]],
+    used: Mapping[str, Decimal],
+    now: datetime,
+    cover: float,
+) -> tuple[set[PodRef], dict[str, Decimal]]:
+    """The pods whose NodeReady cover still holds (left to their scheduler, out of
+    planning), and the GPUs still free on the `fresh` NodeClaims (name -> GPUs, only
+    those with some), for other pods.
+
+    A NodeClaim's room is its GPUs (`NodeClaimInfo.gpus`) minus ``used`` (GPUs of the
+    pods we served found bound to its node, by node name). A cover (`cover_of`) holds
+    only as far as that room goes, earliest covered first. ``cover``: seconds."""
+    room: dict[str, Decimal] = {}
+
+    def room_of(claim: NodeClaimInfo) -> Decimal:
+        if claim.name not in room:
+            room[claim.name] = claim.gpus - used.get(claim.node_name or "", Decimal(0))
+        return room[claim.name]
+
+    by_claim: dict[str, list[tuple[datetime, PendingPod]]] = defaultdict(list)
+    for pod in pods:
+        if (mark := cover_of(pod, claims, covers, now, cover)) is not None:
+            by_claim[mark[0]].append((mark[1], pod))
+    held: set[PodRef] = set()
+    for name, marked in by_claim.items():
+        claim = claims[name]
+        for _, pod in sorted(marked, key=lambda m: (m[0], m[1].ref)):
+            if pod.intent.gpus <= room_of(claim):
+                held.add(pod.ref)
+                room[name] -= pod.intent.gpus
+    free = {c.name: room_of(c) for c in claims.values() if fresh(c, now, cover)}
+    return held, {name: gpus for name, gpus in free.items() if gpus > 0}
+
+
+def claim_hosts(
+    claim: NodeClaimInfo,
+    key: GroupKey,
+    pod: PendingPod,
+    gpu_name_label: str,
+    gpu_memory_label: str,
+) -> bool:
+    """Whether ``pod`` of group ``key`` can run on ``claim``'s node: its pool, the
+    group's model (``gpu_name_label``), GPU memory (``gpu_memory_label``, MiB) and copied
+    selector, and the pod's own node selector and required node affinity, checked
+    against the NodeClaim's labels (a key the NodeClaim does not carry is taken as
+    satisfiable, as `controller.plan.unmet_constraint` does)."""
+    if claim.pool != key.pool:
+        return False
+    if key.model and not claim.admits(gpu_name_label, key.model):
+        return False
+    if key.min_memory_mib:
+        try:
+            if int(claim.labels.get(gpu_memory_label, "0")) < key.min_memory_mib:
+                return False
+        except ValueError:
+            return False
+    if not all(claim.admits(k, v) for k, v in (*key.selector, *pod.node_selector)):
+        return False
+    return not pod.affinity_terms or any(
+        all(r.key not in claim.labels or r.admits(claim.labels[r.key]) for r in term)
+        for term in pod.affinity_terms
+    )
+
+
+def place_on_free(
+    pods: Iterable[PendingPod],
+    key: GroupKey,
+    free: dict[str, Decimal],
+    claims: Mapping[str, NodeClaimInfo],
+    gpu_name_label: str,
+    gpu_memory_label: str,
+) -> tuple[list[PendingPod], list[tuple[PendingPod, NodeClaimInfo]]]:
+    """Place the group's pods on the free GPUs of `fresh` NodeClaims (``free``, from
+    `held_covers`; consumed here): largest need first, first NodeClaim by name that
+    hosts the pod (`claim_hosts`) and has room; a pod that states GPU memory needs whole
+    GPUs. Returns the pods left to plan and the (pod, NodeClaim) placements."""
+    left: list[PendingPod] = []
+    placed: list[tuple[PendingPod, NodeClaimInfo]] = []
+    order = sorted(pods, key=lambda p: (-p.intent.gpus, p.created or datetime.min, p.ref))
+    for pod in order:
+        need = pod.intent.gpus
+        if pod.intent.gpu_memory_mib:
+            need = Decimal(math.ceil(need))
+        name = next(
+            (
+                n
+                for n in sorted(free)
+                if free[n] >= need
+                and claim_hosts(claims[n], key, pod, gpu_name_label, gpu_memory_label)
+            ),
+            None,
+        )
+        if name is None:
+            left.append(pod)
+            continue
+        free[name] -= need
+        placed.append((pod, claims[name]))
+    return left, placed
+
+
+def excluded_nodes(
+    nodes: Mapping[str, NodeInfo], pools: Mapping[str, NodePoolInfo]
+) -> tuple[tuple[tuple[str, str], ...], dict[str, tuple[str, ...]]]:
+    """Which Ready nodes of GPU NodePools still need `controller.model.NODE_LABEL`
+    ((node, value) pairs), and, per pool, the label values a new trigger of that pool
+    excludes (``NotIn``, at most `MAX_EXCLUDED_NODES`, the last names in order; a node
+    being labelled this pass counts).
+
+    Every Ready node of the pool is excluded: the pods a trigger stands for are
+    Unschedulable, so their scheduler refused each node that exists; capacity freed
+    later reaches them through their scheduler, and the NodeClaims bought for our
+    triggers are not Ready (not excluded) while they come up."""
+    labels: list[tuple[str, str]] = []
+    by_pool: dict[str, list[str]] = defaultdict(list)
+    for node in sorted(nodes.values(), key=lambda n: n.name):
+        pool = pools.get(node.pool or "")
+        if not node.ready or pool is None or not pool.makes_gpus():
+            continue
+        value = node.label or node_label_value(node.name)
+        if node.label is None:
+            labels.append((node.name, value))
+        by_pool[pool.name].append(value)
+    return tuple(labels), {
+        name: tuple(values[-MAX_EXCLUDED_NODES:]) for name, values in by_pool.items()
+    }
