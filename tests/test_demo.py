@@ -192,6 +192,9 @@ async def test_json_run_follows_every_pod_of_another_namespace(tmp_path: Path) -
             "secondsToNode",
         }
         assert p["node"] and p["nodeClaim"] and p["secondsToNode"] > 0, p
+        # Every bound pod's scale-up status is closed: Native or Scheduled, never left
+        # at Triggered/Provisioning/NodeReady.
+        assert p["phase"] in ("Native", "Scheduled"), p
     claims = summary["nodeClaims"]
     assert claims, summary
     for c in claims:

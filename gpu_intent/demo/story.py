@@ -397,12 +397,14 @@ class _Story:
                 problems.append(f"saw {len(timeline.pods)} of {expected} example pods")
             if pending:
                 problems.append(f"pods without a node: {', '.join(pending)}")
+            if unclosed := _unclosed(timeline):
+                problems.append(f"bound pods whose status was not closed: {', '.join(unclosed)}")
             if triggers_left:
                 problems.append(f"{triggers_left} trigger pod(s) left")
             ok = not problems
             print(
-                "\nOK: every GPU pod got a node, no trigger remains and no NodeClaim is beyond"
-                " the need."
+                "\nOK: every GPU pod got a node and a closed status, no trigger remains and no"
+                " NodeClaim is beyond the need."
                 if ok
                 else "\nFAILED:\n  " + "\n  ".join(problems),
                 file=text,
@@ -434,10 +436,23 @@ class _Story:
         return (0 if ok else 1), summary
 
 
+#: Scale-up phases that say a scale-up is still under way: a bound pod's status must
+#: not end in one of them (it is owed ``Scheduled``).
+OPEN_PHASES = frozenset({"Triggered", "Provisioning", "NodeReady"})
+
+
+def _unclosed(timeline: Timeline) -> list[str]:
+    """Bound pods whose scale-up status still says a scale-up is under way."""
+    return sorted(r.name for r in timeline.pods.values() if r.node and r.phase in OPEN_PHASES)
+
+
 def _done(timeline: Timeline, expected: int) -> bool:
     pods = timeline.pods.values()
     return (
-        len(timeline.pods) == expected and all(p.node for p in pods) and not timeline.triggers_live
+        len(timeline.pods) == expected
+        and all(p.node for p in pods)
+        and not timeline.triggers_live
+        and not _unclosed(timeline)
     )
 
 
