@@ -1,0 +1,101 @@
+"""GPU capacity accounting (controller.capacity): covers with room, free GPUs of new
+NodeClaims and the nodes a new trigger excludes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from controller_fixtures import gpu_pod, nodeclaim, nodepool
+
+from controller.capacity import claim_hosts, fresh, held_covers, place_on_free
+from controller.model import (
+    GroupKey,
+    PendingPod,
+    parse_nodeclaim,
+    parse_nodepool,
+    parse_pending_pod,
+)
+
+NOW = datetime(2026, 11, 21, 12, 0, 5, tzinfo=UTC)
+NAME, MEMORY = "karpenter.k8s.aws/instance-gpu-name", "karpenter.k8s.aws/instance-gpu-memory"
+KEYS = parse_nodepool(nodepool("gpu-standard", models=["t4", "l4"])).label_keys()
+
+
+def pending(name: str, gpus: str, **kwargs: object) -> PendingPod:
+    parsed = parse_pending_pod(gpu_pod(name, gpus, **kwargs), KEYS)  # type: ignore[arg-type]
+    assert isinstance(parsed, PendingPod)
+    return parsed
+
+
+def ready_claim(name: str, gpus: int, *, model: str = "l4", marked: bool = True, age: int = 5):
+    obj = nodeclaim(
+        name,
+        "gpu-standard",
+        gpus=gpus,
+        model=model,
+        ready=True,
+        node=f"node-{name}",
+        marked=["gi-old"] if marked else [],
+        created=(NOW - timedelta(seconds=age)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+    obj["metadata"]["labels"][NAME] = model
+    return parse_nodeclaim(obj)
+
+
+def test_a_nodeclaim_is_fresh_only_when_bought_for_us_and_ready_within_the_cover() -> None:
+    assert fresh(ready_claim("a", 1), NOW, 60)
+    assert not fresh(ready_claim("b", 1, marked=False), NOW, 60)  # not bought for us
+    assert not fresh(ready_claim("c", 1, age=61), NOW, 60)  # Ready too long ago
+
+
+def test_covers_hold_earliest_first_and_free_room_is_what_they_and_bound_pods_leave() -> None:
+    claim = ready_claim("nc", 2)
+    pods = [pending(n, "0.5") for n in "abcd"]
+    covers = {
+        ("ml", p.ref.name): ("nc", NOW - timedelta(seconds=9 - i)) for i, p in enumerate(pods)
+    }
+    held, free = held_covers(pods, {"nc": claim}, covers, {"node-nc": Decimal("0.5")}, NOW, 60)
+    assert sorted(r.name for r in held) == ["a", "b", "c"]  # 2 - 0.5 bound = room for three
+    assert free == {}  # nothing left for anyone else
+    held, free = held_covers(pods[:1], {"nc": claim}, covers, {}, NOW, 60)
+    assert [r.name for r in held] == ["a"] and free == {"nc": Decimal("1.5")}
+
+
+def test_free_gpus_take_the_pods_the_node_can_host_largest_first() -> None:
+    l4 = ready_claim("l4-node", 2)
+    t4 = ready_claim("t4-node", 4, model="t4")
+    claims = {"l4-node": l4, "t4-node": t4}
+    pods = [pending("small", "0.5", model="l4"), pending("whole", "1", model="l4")]
+    pods.append(pending("big", "2", model="l4"))
+    free = {"l4-node": Decimal(2), "t4-node": Decimal(4)}
+    left, placed = place_on_free(pods, GroupKey("gpu-standard", "l4"), free, claims, NAME, MEMORY)
+    assert [(p.ref.name, c.name) for p, c in placed] == [("big", "l4-node")]
+    assert sorted(p.ref.name for p in left) == ["small", "whole"]  # no L4 room left
+    assert free == {"l4-node": Decimal(0), "t4-node": Decimal(4)}
+
+
+def test_a_node_hosts_a_pod_only_where_its_selector_and_affinity_can_match() -> None:
+    claim = ready_claim("nc", 1)
+    key = GroupKey("gpu-standard", "l4")
+    zone = "topology.kubernetes.io/zone"
+    claim_in_a = parse_nodeclaim(
+        {
+            **nodeclaim("nc", "gpu-standard", ready=True),
+            "metadata": {
+                "name": "nc",
+                "labels": {"karpenter.sh/nodepool": "gpu-standard", NAME: "l4", zone: "a"},
+            },
+        }
+    )
+    assert claim_hosts(claim, key, pending("p", "1", model="l4"), NAME, MEMORY)
+    assert not claim_hosts(claim, GroupKey("gpu-large", "l4"), pending("p", "1"), NAME, MEMORY)
+    assert not claim_hosts(claim, GroupKey("gpu-standard", "t4"), pending("p", "1"), NAME, MEMORY)
+    elsewhere = pending("p", "1", model="l4", node_selector={zone: "b"})
+    assert not claim_hosts(claim_in_a, key, elsewhere, NAME, MEMORY)
+    here = pending("p", "1", model="l4", node_selector={zone: "a"})
+    assert claim_hosts(claim_in_a, key, here, NAME, MEMORY)
+    # A memory group needs the NodeClaim's GPUs to have that much memory.
+    assert not claim_hosts(
+        claim, GroupKey("gpu-standard", None, (), 20000), pending("m", "1"), NAME, MEMORY
+    )
