@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from aiolimiter import AsyncLimiter
+
 from controller import kube as kube_api
 from controller import metrics
 from controller.incremental import IncrementalPlanner
@@ -83,6 +85,10 @@ class ControllerConfig:
     resync_seconds: float = 5.0
     watch_seconds: int = 300
     concurrency: int = 8
+    #: Status and Event writes per second at most (a leaky bucket, ``aiolimiter``): a
+    #: burst of 10,000 pods is told over minutes rather than in one storm of API writes.
+    #: Trigger creates, deletes, marks and links are not limited: they spend or save money.
+    report_writes_per_second: float = 50.0
 
     @property
     def namespace(self) -> str:
@@ -147,6 +153,7 @@ class Controller:
         #: buying for it again.
         self._writes = asyncio.Semaphore(config.concurrency)
         self._report_writes = asyncio.Semaphore(config.concurrency)
+        self._report_rate = AsyncLimiter(config.report_writes_per_second, 1.0)
         #: The background read-back of pods that left the pending set (`_read_left`).
         self._reader: asyncio.Task[None] | None = None
         trigger_selector = (
@@ -280,8 +287,11 @@ class Controller:
             metrics.DEMAND_GPUS.labels(key.pool, key.model or "any").set(float(gpus))
 
     async def _write(self, operation: str, coro: Any, *, report: bool = False) -> Any:
-        """Send one write through its pool of slots (``report``: statuses and Events)."""
+        """Send one write through its pool of slots (``report``: statuses and Events,
+        which also wait for the report rate limit)."""
         try:
+            if report:
+                await self._report_rate.acquire()
             async with self._report_writes if report else self._writes:
                 try:
                     result = await coro

@@ -153,6 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     controller.add_argument(
         "--metrics-address", type=_address, default=("0.0.0.0", 8080), metavar="HOST:PORT"
     )
+    controller.add_argument(
+        "--report-writes-per-second",
+        type=_positive,
+        default=50.0,
+        help="status and Event writes per second at most (default 50); trigger writes are not limited",
+    )
 
     certs = sub.add_parser(
         "certs", help="write a CA and a serving certificate (ca.crt, tls.crt, tls.key)"
@@ -215,7 +221,9 @@ async def _run_controller(args: argparse.Namespace) -> None:
     from controller.reconciler import Controller, ControllerConfig
     from controller.server import start
 
-    config = ControllerConfig(plan=plan_config(args))
+    config = ControllerConfig(
+        plan=plan_config(args), report_writes_per_second=args.report_writes_per_second
+    )
     kube = await Kube.connect(args.kubeconfig, args.context)
     controller = Controller(kube, config)
     runner = await start(controller, *args.metrics_address)

@@ -52,3 +52,21 @@ async def test_trigger_creates_and_marks_never_wait_behind_status_writes() -> No
     kube.release.set()
     await controller.flush_statuses()
     assert "annotate new" in kube.calls and "annotate p19" in kube.calls
+
+
+async def test_status_and_event_writes_are_rate_limited_and_trigger_writes_are_not() -> None:
+    kube = StuckStatusKube()
+    kube.release.set()  # the API answers at once: only the rate limit holds writes back
+    config = ControllerConfig(concurrency=8, report_writes_per_second=2)
+    controller = Controller(cast(Kube, kube), config)
+    told = ScaleUpStatus("Triggered", "m", "t")
+    controller._queue_statuses([SetStatus(PodRef("ml", f"p{i}"), told, None) for i in range(6)])
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert sum(c.startswith("annotate") for c in kube.calls) == 2  # the bucket's 2 a second
+    create = CreateTrigger(GroupKey("gpu", "t4"), 1, {"metadata": {}}, (PodRef("ml", "new"),))
+    await asyncio.wait_for(controller.apply(Plan(creates=(create,))), 5)
+    assert "create" in kube.calls and "mark gi-1" in kube.calls
+    assert sum(c.startswith("annotate") for c in kube.calls) == 2
+    assert controller._writer is not None
+    controller._writer.cancel()
