@@ -101,20 +101,39 @@ async def test_a_memory_only_pod_gets_the_cheapest_gpu_with_that_memory(
 
 
 async def test_two_kai_halves_needing_3_cpu_each_fit_the_node_their_trigger_buys(
-    running: tuple[Env, NodeClaimCount],
+    env: Env,
 ) -> None:
-    env, count = running
+    """Both halves exist before the controller starts, so it sees them together (pods that
+    arrive apart may rightly get a node each once the first one's is bought; the planner
+    test `test_pods_a_trigger_asked_too_little_cpu_for_get_a_trigger_sized_for_them`
+    covers that case)."""
+    count = NodeClaimCount(env.cluster)
     selector = {"nvidia.com/gpu.product": "NVIDIA-L4"}
     for name in ("half-a", "half-b"):
         await apply(
             env.api, kai_pod(name, {"gpu-fraction": "0.5"}, cpu="3", node_selector=selector)
         )
 
+    async def both_unschedulable() -> bool:
+        pods = [await env.core.read_namespaced_pod(n, "ml") for n in ("half-a", "half-b")]
+        return all(
+            any(c.reason == "Unschedulable" for c in p.status.conditions or []) for p in pods
+        )
+
+    await eventually(both_unschedulable, 10)
+    controller = env.controller()
+    task = asyncio.create_task(controller.run())
+
     async def both_bound() -> bool:
         return all([await node_of(env, "ml", n) for n in ("half-a", "half-b")])
 
-    await eventually(both_bound, 20)
-    await asyncio.sleep(1.0)
+    try:
+        await eventually(both_bound, 20)
+        await asyncio.sleep(1.0)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await count.close()
     [claim] = count.created.values()
     # The trigger asked for both pods' 6 CPUs, so Karpenter picked a node that holds them
     # (a g6.xlarge has 4 vCPUs), and both halves share its one L4.
