@@ -580,12 +580,9 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
         served: dict[PodRef, list[_Bin]] = defaultdict(list)
         for bin_ in sorted(pack(pods), key=lambda b: (-b.size, b.pods[0].ref)):
             holder = capacity.take(bin_.size)
-            if holder is not None and _holds(holder, [*served[holder.ref], bin_]):
+            if holder is not None:
                 served[holder.ref].append(bin_)
                 continue
-            # No trigger has the GPUs, or the one that has them asked for too little CPU or
-            # memory for these pods (it was sized for others: the node Karpenter picks for
-            # it could not hold them): a trigger of their own.
             if budget <= 0:
                 message = f"trigger limit ({config.max_triggers}) reached; waiting"
                 for pod in bin_.pods:
@@ -632,16 +629,6 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
         demand,
         marks,
         node_labels,
-    )
-
-
-def _holds(trigger: TriggerInfo, bins: Sequence[_Bin]) -> bool:
-    """Whether ``trigger`` asked for the CPU and memory of the pods of ``bins`` (a trigger
-    that states neither holds anything)."""
-    cpu = sum(b.cpu_millis for b in bins)
-    memory = sum(b.memory_bytes for b in bins)
-    return (not trigger.cpu_millis or cpu <= trigger.cpu_millis) and (
-        not trigger.memory_bytes or memory <= trigger.memory_bytes
     )
 
 

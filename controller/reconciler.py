@@ -457,6 +457,13 @@ class Controller:
         try:
             obj = await self._write("create", self.kube.create_pod(self.config.namespace, body))
         except KubeError as e:
+            if e.conflict:  # the name is the trigger's identity: it exists, none is made twice
+                log.info(
+                    "trigger %s/%s exists already (an earlier create, or one being deleted)",
+                    self.config.namespace,
+                    body.get("metadata", {}).get("name", ""),
+                )
+                return
             log.warning("creating trigger for %s: %s", ", ".join(map(str, serves)), e)
             return
         self.state.expect(TRIGGERS, obj)

@@ -104,26 +104,6 @@ def test_two_half_gpu_pods_of_one_model_share_one_whole_gpu_trigger() -> None:
     assert result.demand[GroupKey("gpu-standard", "l4")] == Decimal(1)
 
 
-def test_pods_a_trigger_asked_too_little_cpu_for_get_a_trigger_sized_for_them() -> None:
-    """A trigger made for one KAI half needing 3 CPUs asked for 3 CPUs: the node bought
-    for it could not also hold the second half that came a moment later. Both halves get
-    a 6-CPU trigger instead, and the first (no NodeClaim yet) is deleted."""
-    three = {"requests": {"cpu": "3", "memory": "1Gi"}}
-    half_a = gpu_pod("a", "0.5", model="l4", resources=three)
-    first = live_trigger(plan(snapshot([half_a]), CONFIG), name="gi-a")
-    assert first["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "3000m"
-    both = [half_a, gpu_pod("b", "0.5", model="l4", resources=three)]
-    result = plan(snapshot(both, triggers=[first]), CONFIG)
-    [create] = result.creates
-    assert create.body["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "6000m"  # type: ignore[index]
-    assert {r.name for r in create.serves} == {"a", "b"}
-    assert [d.ref.name for d in result.deletes] == ["gi-a"]
-    # A trigger that asked for enough keeps serving them: nothing new.
-    roomy = live_trigger(plan(snapshot(both), CONFIG), name="gi-ab")
-    again = plan(snapshot(both, triggers=[roomy]), CONFIG)
-    assert again.creates == () and again.deletes == ()
-
-
 def test_fractions_are_packed_best_fit_decreasing_into_whole_gpus() -> None:
     pods = snapshot(
         [

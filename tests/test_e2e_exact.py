@@ -103,10 +103,9 @@ async def test_a_memory_only_pod_gets_the_cheapest_gpu_with_that_memory(
 async def test_two_kai_halves_needing_3_cpu_each_fit_the_node_their_trigger_buys(
     env: Env,
 ) -> None:
-    """Both halves exist before the controller starts, so it sees them together (pods that
-    arrive apart may rightly get a node each once the first one's is bought; the planner
-    test `test_pods_a_trigger_asked_too_little_cpu_for_get_a_trigger_sized_for_them`
-    covers that case)."""
+    """Both halves exist before the controller starts, so it sees them together: this
+    tests trigger sizing, not the timing of two applies (see README, Known limits:
+    pods that arrive apart may be bound into a trigger sized for fewer of them)."""
     count = NodeClaimCount(env.cluster)
     selector = {"nvidia.com/gpu.product": "NVIDIA-L4"}
     for name in ("half-a", "half-b"):
