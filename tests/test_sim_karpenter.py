@@ -463,9 +463,10 @@ async def running(
 
 
 async def wait_for(store: Store, predicate: Callable[[], Any]) -> Any:
-    """Re-check ``predicate`` on store changes until it returns something truthy (3 s at
-    most; lifecycle steps that write nothing are covered by a short poll)."""
-    async with asyncio.timeout(3.0):
+    """Re-check ``predicate`` on store changes until it returns something truthy (10 s at
+    most: the lifecycle steps take well under a second, but a loaded CI machine once took
+    over 3 s; lifecycle steps that write nothing are covered by a short poll)."""
+    async with asyncio.timeout(10.0):
         while not (result := predicate()):
             await store.wait_changed(0.02)
     return result
