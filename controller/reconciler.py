@@ -272,10 +272,14 @@ class Controller:
 
     async def read_left(self) -> None:
         """Read back the pods that left the pending set (one round: a read that failed
-        is tried again after the next pass), then poke the loop when any is owed a final
-        status or what they took of a node changed."""
+        is tried again after the next pass), then poke the loop when a read settled any
+        of them (a final status is owed, or what they took of a node changed). Failed
+        reads alone poke nothing: against a failing API server they wait for the next
+        pass instead of driving a pass per round."""
+        before = len(self.state.left())
         await self._read_left()
-        self._poked.set()
+        if len(self.state.left()) < before:
+            self._poked.set()
 
     def _observe(self, phases: Mapping[str, int], decided: Plan) -> None:
         metrics.PENDING_PODS.clear()

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
-from controller.kube import Kube
+from controller.kube import Kube, KubeError
 from controller.model import GroupKey, PodRef, ScaleUpStatus
 from controller.plan import CreateTrigger, Plan, SetStatus
 from controller.reconciler import Controller, ControllerConfig
+from controller.state import PENDING_PODS
 
 
 class StuckStatusKube:
@@ -70,3 +71,38 @@ async def test_status_and_event_writes_are_rate_limited_and_trigger_writes_are_n
     assert sum(c.startswith("annotate") for c in kube.calls) == 2
     assert controller._writer is not None
     controller._writer.cancel()
+
+
+class ReadKube:
+    """Reads of pods that left the pending set: failing while ``down``, else bound."""
+
+    def __init__(self) -> None:
+        self.down = True
+        self.reads = 0
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.reads += 1
+        if self.down:
+            raise KubeError(f"reading pod {namespace}/{name}", 503, "ServiceUnavailable", "")
+        meta = {"namespace": namespace, "name": name, "annotations": {}}
+        return {"metadata": meta, "spec": {"nodeName": "n1"}}
+
+
+async def test_failed_read_backs_wait_for_the_next_pass_and_settled_ones_poke_it() -> None:
+    kube = ReadKube()
+    controller = Controller(cast(Kube, kube), ControllerConfig())
+    gone = {
+        "metadata": {
+            "namespace": "ml",
+            "name": "a",
+            "annotations": {"gpu-intent.io/scale-up": '{"phase":"Triggered"}'},
+        }
+    }
+    controller.state.apply(PENDING_PODS, "ADDED", gone)
+    controller.state.apply(PENDING_PODS, "DELETED", gone)
+    assert controller.state.left() == [("ml", "a")]
+    await controller.read_left()
+    assert kube.reads == 1 and not controller._poked.is_set()  # no pass per failed round
+    kube.down = False
+    await controller.read_left()
+    assert controller.state.left() == [] and controller._poked.is_set()
