@@ -27,6 +27,7 @@ from gpu_intent.intent import (
     DOMAIN,
     Intent,
     IntentError,
+    is_label_value,
     parse_gpus,
 )
 from gpu_intent.quantity import parse_quantity
@@ -336,13 +337,10 @@ class NodeInfo:
     label: str | None
 
 
-_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-
-
 def node_label_value(name: str) -> str:
     """The `NODE_LABEL` value for node ``name``: the name itself when it is a valid label
     value (``ip-10-1-2-3.ec2.internal``), else ``n-`` and 20 hex digits of its SHA-256."""
-    if _LABEL_VALUE.match(name):
+    if is_label_value(name):
         return name
     return "n-" + hashlib.sha256(name.encode()).hexdigest()[:20]
 

@@ -527,9 +527,7 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
                     f"NodeClaim {host.name} is Ready as node {node} with GPUs free for "
                     "this pod; left to the pod's scheduler"
                 )
-                status = ScaleUpStatus(
-                    NODE_READY, message, None, host.name, host.node_name, stamp
-                )
+                status = ScaleUpStatus(NODE_READY, message, None, host.name, host.node_name, stamp)
                 tell(pod, status, Event("Normal", "NodeReady", message))
 
     claim_of_node = {c.node_name: c.name for c in claims.values() if c.node_name}

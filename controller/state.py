@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from controller import karpenter
 from controller.model import (
@@ -53,6 +53,14 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 Key = tuple[str, str]
 Parsed = TypeVar("Parsed")
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+_N = TypeVar("_N", bound=_Named)
 
 #: Cache kinds, one per informer.
 PENDING_PODS = "pending-pods"
@@ -306,10 +314,6 @@ class ClusterState:
         """The NodeReady covers (a copy): pod -> (NodeClaim, when)."""
         return dict(self._covers)
 
-    def owes_final_status(self) -> bool:
-        """Whether bound pods are owed a final status (the next pass writes it)."""
-        return bool(self._bound)
-
     def forget_scheduled(self, key: Key) -> None:
         """The bound pod's final status is written (or it is gone)."""
         self._bound.pop(key, None)
@@ -366,21 +370,21 @@ class ClusterState:
     def pending_expectations(self) -> int:
         return sum(len(e) for e in self._expected.values())
 
+    def _by_name(self, kind: str, parse: Callable[[Obj], _N]) -> dict[str, _N]:
+        """The cached objects of a cluster-scoped ``kind``, parsed, by name."""
+        return {
+            parsed.name: parsed
+            for key, obj in self._view(kind).items()
+            if (parsed := self._parse(kind, key, obj, parse))
+        }
+
     def nodepools(self) -> dict[str, NodePoolInfo]:
         """The cached NodePools, parsed, by name."""
-        return {
-            p.name: p
-            for key, obj in self._view(NODEPOOLS).items()
-            if (p := self._parse(NODEPOOLS, key, obj, parse_nodepool))
-        }
+        return self._by_name(NODEPOOLS, parse_nodepool)
 
     def nodeclaims(self) -> dict[str, NodeClaimInfo]:
         """The cached NodeClaims, parsed, by name."""
-        return {
-            c.name: c
-            for key, obj in self._view(NODECLAIMS).items()
-            if (c := self._parse(NODECLAIMS, key, obj, parse_nodeclaim))
-        }
+        return self._by_name(NODECLAIMS, parse_nodeclaim)
 
     def nominations(self, now: datetime) -> dict[Key, Nomination]:
         """Karpenter's latest ``Nominated`` evidence per trigger ``(namespace, name)``
@@ -450,11 +454,7 @@ class ClusterState:
 
     def nodes(self) -> dict[str, NodeInfo]:
         """The cached nodes of Karpenter NodePools, parsed, by name."""
-        return {
-            n.name: n
-            for key, obj in self._view(NODES).items()
-            if (n := self._parse(NODES, key, obj, parse_node))
-        }
+        return self._by_name(NODES, parse_node)
 
     def used(self) -> dict[str, Decimal]:
         """GPUs of the pods we served found bound, by node name (see

@@ -62,6 +62,15 @@ MAX_GPUS = Decimal(10_000)
 #: A label value (k8s.io/apimachinery validation.IsValidLabelValue): the model goes
 #: into a trigger's node selector, so it must be one.
 _LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
+
+
+def is_label_value(text: str) -> bool:
+    """Whether ``text`` is a valid label value (k8s.io/apimachinery validation
+    ``IsValidLabelValue``): at most 63 characters, alphanumeric at both ends, ``-_.``
+    inside; the empty value is not accepted here."""
+    return bool(_LABEL_VALUE.match(text))
+
+
 #: A DNS-1123 subdomain (NodePool names): the pool goes into a label selector value too.
 _POOL_NAME = re.compile(r"^[a-z0-9](?:[-a-z0-9.]{0,61}[a-z0-9])?$")
 
