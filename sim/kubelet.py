@@ -40,9 +40,9 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from gpu_intent.quantity import parse_quantity
 from sim.events import EventRecorder
-from sim.scheduling import is_bound, is_terminal, is_terminating, pod_requests
+from sim.podview import PodView
+from sim.scheduling import is_bound, is_terminal, is_terminating, pod_requests, quantity
 from sim.store import NODES, PODS, ApiError, NotFound, Obj, Store, rfc3339
 
 __all__ = ["SimKubelet"]
@@ -87,7 +87,7 @@ def _allocatable(node: Mapping[str, Any]) -> dict[str, Decimal]:
     out: dict[str, Decimal] = {}
     for key, value in ((node.get("status") or {}).get("allocatable") or {}).items():
         with contextlib.suppress(ValueError):
-            out[key] = parse_quantity(value, key)
+            out[key] = quantity(value, key)
     return out
 
 
@@ -199,23 +199,23 @@ class SimKubelet:
         self._admitted: set[str] = set()
         self._next_ip = 0
         self._recorder = EventRecorder(store, "kubelet", monotonic=monotonic)
+        self._view = PodView(store)
 
     async def run(self) -> None:
         """Sync on every store change and when a timer is due, until cancelled."""
-        await self._store.run_passes(self.sync_once, "kubelet")
+        await self._store.run_passes(self.sync_once, "kubelet", kinds=(PODS, NODES))
 
     def sync_once(self) -> float | None:
         """One pass over bound pods; returns seconds until the next timer (None: none)."""
         now = self._monotonic()
-        pods, _ = self._store.list(PODS, copy_objects=False)
+        self._view.refresh()
+        bound = [pod for on_node in self._view.bound.values() for pod in on_node.values()]
         nodes = {n["metadata"]["name"]: n for n in self._store.iter_objects(NODES)}
         seen: set[str] = set()
         due: list[float] = []
-        used = self._admitted_usage(pods)
-        pods = sorted(pods, key=lambda p: str(p["metadata"].get("creationTimestamp", "")))
+        used: dict[str, dict[str, Decimal]] | None = None  # summed when an admission needs it
+        pods = sorted(bound, key=lambda p: str(p["metadata"].get("creationTimestamp", "")))
         for pod in pods:
-            if not is_bound(pod):
-                continue
             uid = pod["metadata"]["uid"]
             seen.add(uid)
             node = nodes.get(pod["spec"]["nodeName"])
@@ -235,8 +235,11 @@ class SimKubelet:
                 if not _node_ready(node):
                     self._starting.pop(uid, None)
                     continue
-                if uid not in self._admitted and not self._admit(pod, node, used):
-                    continue
+                if uid not in self._admitted:
+                    if used is None:
+                        used = self._admitted_usage(bound)
+                    if not self._admit(pod, node, used):
+                        continue
                 deadline = self._starting.setdefault(uid, now + self._start)
                 if now >= deadline:
                     self._starting.pop(uid, None)

@@ -23,7 +23,6 @@ k8s.io/apimachinery ``pkg/util/strategicpatch/patch.go`` (strategic merge).
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -31,7 +30,7 @@ from typing import Any
 import jsonpatch
 import jsonpointer
 
-from sim.store import ApiError, BadRequest, Invalid, Obj
+from sim.store import ApiError, BadRequest, Invalid, Obj, json_copy
 
 __all__ = [
     "APPLY_PATCH",
@@ -132,7 +131,7 @@ def _json_patch(current: Obj, ops: Any) -> Obj:
         raise BadRequest("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
     try:
         patch = jsonpatch.JsonPatch(ops)
-        result = patch.apply(copy.deepcopy(current))
+        result = patch.apply(json_copy(current))
     except jsonpatch.InvalidJsonPatch as e:
         raise BadRequest(str(e)) from None
     except (
@@ -153,8 +152,8 @@ def _json_patch(current: Obj, ops: Any) -> Obj:
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch; returns a new value, inputs untouched."""
     if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(dict(target)) if isinstance(target, Mapping) else {}
+        return json_copy(patch)
+    result = json_copy(dict(target)) if isinstance(target, Mapping) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
@@ -172,8 +171,8 @@ def strategic_merge_patch(target: Obj, patch: Mapping[str, Any]) -> Obj:
 
 def _smp_map(target: Any, patch: Mapping[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
     if patch.get("$patch") == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
-    result = copy.deepcopy(dict(target)) if isinstance(target, Mapping) else {}
+        return {k: json_copy(v) for k, v in patch.items() if k != "$patch"}
+    result = json_copy(dict(target)) if isinstance(target, Mapping) else {}
     for key, value in patch.items():
         if key.startswith("$deleteFromPrimitiveList/"):
             field = key.split("/", 1)[1]
@@ -197,7 +196,7 @@ def _smp_map(target: Any, patch: Mapping[str, Any], path: tuple[str, ...]) -> di
 
 
 def _smp_list(target: list[Any], patch: list[Any], path: tuple[str, ...], key: str) -> list[Any]:
-    result = copy.deepcopy(target)
+    result = json_copy(target)
     for item in patch:
         if not isinstance(item, Mapping) or key not in item:
             if isinstance(item, Mapping) and item.get("$patch") == "replace":

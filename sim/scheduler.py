@@ -1,8 +1,10 @@
 """The sim's scheduler: kube-scheduler plus the GPU sharing layers' device placement.
 
-`SimScheduler` re-scans the store on every change (and every ``resync_seconds``), in one
-loop per scheduler name (see below), and tries to place each pending pod whose
-``spec.schedulerName`` that loop serves. Per node it runs,
+`SimScheduler` makes a pass on every pod or node write (and every ``resync_seconds``), in
+one loop per scheduler name (see below), and tries to place each pending pod whose
+``spec.schedulerName`` that loop serves. Pods are read from a `sim.podview.PodView`
+(kube-scheduler's informer-fed cache) and each node's summed requests are kept until its
+pods change, so a pass costs its pending pods and the nodes, not every pod. Per node it runs,
 in kube-scheduler's default filter order (kubernetes ``pkg/scheduler/apis/config/v1``
 default plugins), stopping at the first failure:
 
@@ -42,8 +44,8 @@ Each scheduler name is its own loop (`SimScheduler.run_loop`, one asyncio task e
 tensor-fusion's scheduler are separate processes in a cluster: each has its own resync
 timer, and each pass works from the view it took at its start (plus its own binds, as
 kube-scheduler's cache assumes a pod on its node before the bind lands), yielding to the
-other loops after taking the view and after every pod. So no scheduler wins every tie,
-and two of them can bind pods to the same node from views that predate each other's
+other loops after taking the view and then every couple of milliseconds. So no scheduler
+wins every tie, and two of them can bind pods to the same node from views that predate each other's
 binds: they may **double-book** a node's ``nvidia.com/gpu`` or a device's share, as real
 schedulers sharing nodes can (the kubelet's admission then rejects the younger pod with
 ``OutOfnvidia.com/gpu``, see `sim.kubelet`; an over-shared device is not caught).
@@ -69,24 +71,24 @@ import contextlib
 import json
 import logging
 import random
+import time
 import uuid
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
-from gpu_intent.quantity import parse_quantity
 from sim import gpushare, hami, kai
 from sim.events import EventRecorder
+from sim.podview import PodView
 from sim.scheduling import (
     fit_error_message,
-    is_bound,
     is_terminal,
-    is_terminating,
     matches_node_selector,
     node_taints,
     pod_requests,
+    quantity,
     tolerates,
     untolerated_taint,
 )
@@ -113,6 +115,8 @@ DEFAULT_SCHEDULER_NAMES = (
     "kai-scheduler",
     "tensor-fusion-scheduler",
 )
+#: Longest stretch a scheduler pass runs before it yields to the event loop, seconds.
+_SLICE_SECONDS: Final = 0.002
 NO_NODES = "no nodes available to schedule pods"  # scheduler ErrNoNodesAvailable
 _UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 _GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
@@ -137,6 +141,12 @@ class _PodInfo:
     demand: gpushare.GpuDemand | None
 
 
+#: `gpushare.usage` per (node, device count, HAMi flag, its pods' uid and
+#: resourceVersion): the same node's usage is recomputed on every pass of every loop.
+_USAGE: dict[tuple[Any, ...], list[float]] = {}
+_USAGE_BOUND: Final = 4096
+
+
 @dataclass(slots=True)
 class _NodeInfo:
     obj: Obj
@@ -155,9 +165,22 @@ class _NodeInfo:
             self.requested[key] = self.requested.get(key, Decimal(0)) + value
 
     def refresh_gpus(self) -> None:
-        self.gpu_used = gpushare.usage(
-            (p.pod for p in self.pods), self.devices, hami_node=self.hami
+        key = (
+            self.name,
+            len(self.devices),
+            self.hami,
+            tuple(
+                (p.pod["metadata"].get("uid"), p.pod["metadata"].get("resourceVersion"))
+                for p in self.pods
+            ),
         )
+        cached = _USAGE.get(key)
+        if cached is None:
+            cached = gpushare.usage((p.pod for p in self.pods), self.devices, hami_node=self.hami)
+            if len(_USAGE) >= _USAGE_BOUND:
+                _USAGE.clear()
+            _USAGE[key] = cached
+        self.gpu_used = list(cached)
 
     def places_devices(self, info: _PodInfo) -> bool:
         """Whether ``info`` takes physical devices here: every GPU pod, except a plain
@@ -180,7 +203,7 @@ def _quantities(raw: Mapping[str, Any] | None) -> dict[str, Decimal]:
     out: dict[str, Decimal] = {}
     for key, value in (raw or {}).items():
         try:
-            out[key] = parse_quantity(value, key)
+            out[key] = quantity(value, key)
         except ValueError:
             continue
     return out
@@ -334,6 +357,10 @@ class SimScheduler:
         self._resync = resync_seconds
         self._recorders: dict[str, EventRecorder] = {}
         self._cache: dict[str, tuple[str, _PodInfo | None]] = {}
+        self._nodes: dict[str, tuple[tuple[str, str], _NodeInfo]] = {}
+        self._view = PodView(store)
+        #: node -> (PodView.node_version, its bound pods' infos, their summed requests)
+        self._bound: dict[str, tuple[int, list[_PodInfo], dict[str, Decimal]]] = {}
         self._warned: set[tuple[str, str]] = set()
         self._rng = random.Random()
 
@@ -346,20 +373,26 @@ class SimScheduler:
         await asyncio.gather(*self.loops().values())
 
     async def run_loop(self, name: str) -> None:
-        """The loop of the scheduler called ``name``: a pass now, then after every store
-        change and every ``resync_seconds``, until cancelled. A pass yields to the event
-        loop after taking its view and after each pod, so the other loops run meanwhile.
+        """The loop of the scheduler called ``name``: a pass now, then after every pod or
+        node change and every ``resync_seconds``, until cancelled. A pass yields to the
+        event loop after taking its view (so racing schedulers can each take theirs before
+        either binds) and then after each `_SLICE_SECONDS` of work, so the other loops
+        run meanwhile and race it, as separate scheduler processes do, without a pass over
+        hundreds of pending pods taking hundreds of event-loop turns.
         A pass that raises is logged and retried a second later."""
         while True:
             seen = self._store.resource_version
             wait = self._resync
             try:
+                slice_end = 0.0  # the first yield, after taking the view, always yields
                 for _ in self._pass(name):
-                    await asyncio.sleep(0)
+                    if time.monotonic() >= slice_end:
+                        await asyncio.sleep(0)
+                        slice_end = time.monotonic() + _SLICE_SECONDS
             except Exception:
                 log.exception("%s pass failed; retrying in 1s", name)
                 wait = 1.0
-            await self._store.wait_changed(wait, since=seen)
+            await self._store.wait_changed(wait, since=seen, kinds=(PODS, NODES))
 
     def schedule_once(self, names: Iterable[str] | None = None) -> int:
         """One pass of each scheduler in ``names`` (default: all), one after another,
@@ -369,35 +402,21 @@ class SimScheduler:
     def _pass(self, name: str) -> Iterator[bool]:
         """One pass of the scheduler ``name``: take the view, yield, then try each of its
         pending pods in PrioritySort order, yielding whether it was bound."""
-        pods, _ = self._store.list(PODS, copy_objects=False)
+        view = self._view
+        view.refresh()
         node_objs, _ = self._store.list(NODES, copy_objects=False)
-        nodes = {
-            n["metadata"]["name"]: _NodeInfo(
-                n,
-                n["metadata"]["name"],
-                _quantities((n.get("status") or {}).get("allocatable")),
-                gpushare.node_devices(n),
-                node_taints(n),
-                hami=hami.runs_hami((n.get("metadata") or {}).get("labels") or {}),
-            )
-            for n in node_objs
-        }
+        nodes = {n["metadata"]["name"]: self._node_with_pods(n) for n in node_objs}
+        self._nodes = {k: v for k, v in self._nodes.items() if k in nodes}
+        self._bound = {k: v for k, v in self._bound.items() if k in nodes}
         pending: list[_PodInfo] = []
-        seen: set[str] = set()
-        for pod in pods:
-            seen.add(pod["metadata"]["uid"])
-            if is_bound(pod):
-                node = nodes.get(pod["spec"]["nodeName"])
-                info = self._info(pod)
-                if node is not None and not is_terminal(pod):
-                    node.add(info or _PodInfo(pod, 0, {"pods": Decimal(1)}, None))
-            elif self._serves(pod, name) and not is_terminating(pod):
-                info = self._info(pod)
-                if info is not None:
-                    pending.append(info)
-        self._cache = {uid: v for uid, v in self._cache.items() if uid in seen}
+        for pod in view.pending.get(name, {}).values():
+            info = self._info(pod)
+            if info is not None:
+                pending.append(info)
+        if len(self._cache) > 2 * len(view.pods) + 1024:
+            self._cache = {uid: v for uid, v in self._cache.items() if uid in view.pods}
         if name == "kai-scheduler":
-            self._sync_reservations(pods)
+            self._sync_reservations(list(view.pods.values()))
         yield False
         for node in nodes.values():
             node.refresh_gpus()
@@ -416,6 +435,49 @@ class SimScheduler:
     @staticmethod
     def _serves(pod: Mapping[str, Any], name: str) -> bool:
         return ((pod.get("spec") or {}).get("schedulerName") or "default-scheduler") == name
+
+    def _node_with_pods(self, node: Obj) -> _NodeInfo:
+        """A fresh `_NodeInfo` of ``node`` holding its bound pods; the pods' infos and
+        summed requests are cached per node until the view says its pods changed."""
+        name = node["metadata"]["name"]
+        info = self._node_info(node)
+        version = self._view.node_version.get(name, 0)
+        cached = self._bound.get(name)
+        if cached is None or cached[0] != version:
+            summed = _NodeInfo(node, name, info.allocatable, info.devices)
+            for pod in self._view.bound_on(name):
+                if is_terminal(pod):
+                    continue
+                summed.add(self._info(pod) or _PodInfo(pod, 0, {"pods": Decimal(1)}, None))
+            cached = (version, summed.pods, summed.requested)
+            self._bound[name] = cached
+        info.pods = list(cached[1])
+        info.requested = dict(cached[2])
+        return info
+
+    def _node_info(self, node: Obj) -> _NodeInfo:
+        """A fresh `_NodeInfo` of ``node`` with no pods; its parsed allocatable, devices,
+        taints and HAMi flag are cached per uid and resourceVersion."""
+        meta = node["metadata"]
+        key = (meta.get("uid", ""), meta.get("resourceVersion", ""))
+        cached = self._nodes.get(meta["name"])
+        if cached is None or cached[0] != key:
+            cached = (
+                key,
+                _NodeInfo(
+                    node,
+                    meta["name"],
+                    _quantities((node.get("status") or {}).get("allocatable")),
+                    gpushare.node_devices(node),
+                    node_taints(node),
+                    hami=hami.runs_hami(meta.get("labels") or {}),
+                ),
+            )
+            self._nodes[meta["name"]] = cached
+        base = cached[1]
+        return _NodeInfo(
+            node, base.name, base.allocatable, base.devices, base.taints, hami=base.hami
+        )
 
     def _info(self, pod: Obj) -> _PodInfo | None:
         """Requests and GPU demand of ``pod``, cached per resourceVersion; None (with one

@@ -19,14 +19,16 @@ Sources of each rule:
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
 from gpu_intent.quantity import parse_quantity
 
 __all__ = [
+    "effective_requests",
     "fit_error_message",
     "is_bound",
     "is_terminal",
@@ -35,11 +37,33 @@ __all__ = [
     "node_is_ready",
     "node_taints",
     "pod_requests",
+    "quantity",
     "tolerates",
     "untolerated_taint",
 ]
 
 _ONE = Decimal(1)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(value: str | int | float) -> Decimal:
+    return parse_quantity(value, "quantity")
+
+
+def quantity(value: Any, where: str) -> Decimal:
+    """`gpu_intent.quantity.parse_quantity` of ``value``, memoized: the sim's loops read
+    the same few quantity strings (``"100m"``, ``"8"``, ``"16Gi"``) on every pass, and a
+    `Decimal` is immutable, so one parse serves them all.
+
+    Raises:
+        ValueError: ``value`` does not parse (the message names ``where``).
+    """
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        try:
+            return _parsed(value)
+        except ValueError:
+            pass  # parse again below for the message that names ``where``
+    return parse_quantity(value, where)
 
 
 def _container_requests(container: Mapping[str, Any], where: str) -> dict[str, Decimal]:
@@ -49,7 +73,7 @@ def _container_requests(container: Mapping[str, Any], where: str) -> dict[str, D
     merged.update(resources.get("requests") or {})
     out: dict[str, Decimal] = {}
     for key, value in merged.items():
-        out[key] = parse_quantity(value, f"{where}.resources[{key!r}]")
+        out[key] = quantity(value, f"{where}.resources[{key!r}]")
     return out
 
 
@@ -64,7 +88,35 @@ def _max_into(total: dict[str, Decimal], other: Mapping[str, Decimal]) -> None:
             total[key] = value
 
 
+#: ``(uid, resourceVersion)`` -> `pod_requests` result, for stored pods (a stored pod's
+#: uid and resourceVersion name one content). Cleared whole when it reaches the bound.
+_REQUESTS: dict[tuple[str, str], dict[str, Decimal]] = {}
+_REQUESTS_BOUND: Final = 65536
+
+
 def pod_requests(pod: Mapping[str, Any]) -> dict[str, Decimal]:
+    """`effective_requests` of ``pod`` (a fresh dict), memoized per uid and
+    resourceVersion for pods read from the store: the scheduler, the kubelet and
+    Karpenter read every bound pod's requests on every pass.
+
+    Raises:
+        ValueError: as `effective_requests`.
+    """
+    meta = pod.get("metadata") or {}
+    uid, rv = meta.get("uid"), meta.get("resourceVersion")
+    if not uid or not rv:
+        return effective_requests(pod)
+    key = (str(uid), str(rv))
+    cached = _REQUESTS.get(key)
+    if cached is None:
+        cached = effective_requests(pod)
+        if len(_REQUESTS) >= _REQUESTS_BOUND:
+            _REQUESTS.clear()
+        _REQUESTS[key] = cached
+    return dict(cached)
+
+
+def effective_requests(pod: Mapping[str, Any]) -> dict[str, Decimal]:
     """The pod's effective resource requests, as kube-scheduler's NodeResourcesFit sees them.
 
     Per resource: ``max(sum over containers + sidecars, max over init containers of (its
@@ -97,7 +149,7 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, Decimal]:
             _max_into(init_max, running)
     _max_into(total, init_max)
     for key, value in (spec.get("overhead") or {}).items():
-        _add(total, {key: parse_quantity(value, f"spec.overhead[{key!r}]")})
+        _add(total, {key: quantity(value, f"spec.overhead[{key!r}]")})
     total["pods"] = _ONE
     return total
 

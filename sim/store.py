@@ -29,19 +29,31 @@ a list taken and a watch opened in the same step see a consistent snapshot.
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import random
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar, cast
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+_T = TypeVar("_T")
+
+
+def json_copy(value: _T) -> _T:
+    """A deep copy of a JSON value (dicts, lists and immutable scalars), several times
+    faster than `copy.deepcopy`, which the store would otherwise spend most of its time
+    in: every read and write copies whole objects. Anything that is not a dict or a list
+    is returned as is, so it must be immutable (str, int, float, bool, None, Decimal)."""
+    if isinstance(value, dict):
+        return cast(_T, {k: json_copy(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return cast(_T, [json_copy(v) for v in value])
+    return value
 #: A selector compiled to a predicate over an object (see `sim.selectors`).
 Predicate = Callable[[Mapping[str, Any]], bool]
 #: ``fn(old, new)`` raising `Invalid`; ``old`` is None on create.
@@ -285,6 +297,7 @@ class _Table:
     history: deque[Change] = field(default_factory=deque)
     compacted_rv: int = 0
     watchers: set[Watcher] = field(default_factory=set)
+    last_rv: int = 0  # resourceVersion of the newest write to this type
 
 
 class Store:
@@ -326,37 +339,59 @@ class Store:
         self._validators.setdefault(rt, []).append(validator)
 
     async def wait_changed(
-        self, max_seconds: float | None = None, *, since: int | None = None
+        self,
+        max_seconds: float | None = None,
+        *,
+        since: int | None = None,
+        kinds: Collection[ResourceType] | None = None,
     ) -> bool:
         """Wait for a write newer than resourceVersion ``since`` (default: now): True at
         once if there already is one, True when one happens, False after ``max_seconds``.
+        With ``kinds``, only writes to those resource types count (a scheduler does not
+        re-scan for an Event or a Lease, as kube-scheduler's queue moves pods only on
+        pod and node events).
 
         For the sim's in-process controllers (scheduler, Karpenter, kubelet), which
         re-scan on change instead of each holding a watch. Pass the resourceVersion read
         *before* a pass as ``since``, so that writes made during the pass (one's own
         included) are not lost.
         """
-        if self._rv > (self._rv if since is None else since):
-            return True
-        self._changed.clear()
-        try:
-            await asyncio.wait_for(self._changed.wait(), max_seconds)
-        except TimeoutError:
-            return False
-        # On Python 3.11, wait_for can swallow a cancel that lands in the same step as
-        # the change it was waiting for; re-raise it so the caller's loop stops.
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            raise asyncio.CancelledError
-        return True
+        floor = self._rv if since is None else since
+        loop = asyncio.get_running_loop()
+        deadline = None if max_seconds is None else loop.time() + max_seconds
+        while True:
+            newest = (
+                self._rv
+                if kinds is None
+                else max((self._tables[rt].last_rv for rt in kinds), default=0)
+            )
+            if newest > floor:
+                return True
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(
+                    self._changed.wait(), None if deadline is None else deadline - loop.time()
+                )
+            except TimeoutError:
+                return False
+            # On Python 3.11, wait_for can swallow a cancel that lands in the same step as
+            # the change it was waiting for; re-raise it so the caller's loop stops.
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
 
-    async def run_passes(self, step: Callable[[], float | None], what: str) -> None:
+    async def run_passes(
+        self,
+        step: Callable[[], float | None],
+        what: str,
+        kinds: Collection[ResourceType] | None = None,
+    ) -> None:
         """Run ``step`` now and again after every write, until cancelled: the loop of
         the sim's in-process controllers.
 
         ``step`` returns the seconds until it has timed work due (None: only a write
-        matters). Writes made during a step (its own included) trigger the next step.
-        A step that raises is logged and retried after 1 s: a controller survives its
+        matters). Writes made during a step (its own included) trigger the next step;
+        with ``kinds``, only writes to those resource types do. A step that raises is logged and retried after 1 s: a controller survives its
         own bugs, as real ones do.
         """
         while True:
@@ -366,13 +401,13 @@ class Store:
             except Exception:
                 log.exception("%s pass failed; retrying in 1s", what)
                 wait = 1.0
-            await self.wait_changed(wait, since=seen)
+            await self.wait_changed(wait, since=seen, kinds=kinds)
 
     # -- reads ---------------------------------------------------------------------
 
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
         """A deep copy of one object. Raises `NotFound`."""
-        return copy.deepcopy(self._get(rt, namespace, name))
+        return json_copy(self._get(rt, namespace, name))
 
     def list(
         self,
@@ -394,8 +429,24 @@ class Store:
             if (namespace is None or ns == namespace) and (predicate is None or predicate(obj))
         ]
         if copy_objects:
-            items = copy.deepcopy(items)
+            items = json_copy(items)
         return items, self._rv
+
+    def changes_since(self, rt: ResourceType, resource_version: int) -> Sequence[Change] | None:
+        """The recorded writes to ``rt`` after ``resource_version``, oldest first (their
+        objects are the stored dicts: read-only), or None when the history no longer
+        reaches back that far (as a watch from there would get `Gone`). For the sim's
+        in-process caches (`sim.podview.PodView`), a synchronous watch."""
+        table = self._tables[rt]
+        if resource_version < table.compacted_rv:
+            return None
+        out: list[Change] = []
+        for change in reversed(table.history):
+            if change.rv <= resource_version:
+                break
+            out.append(change)
+        out.reverse()
+        return out
 
     def iter_objects(self, rt: ResourceType) -> Iterator[Obj]:
         """The stored objects of ``rt`` themselves (read-only), unsorted, no copy."""
@@ -421,7 +472,7 @@ class Store:
         validator's complaint), `BadRequest` (namespace mismatch), `NotFound` (namespace
         does not exist), `AlreadyExists`.
         """
-        new = copy.deepcopy(dict(obj))
+        new = json_copy(dict(obj))
         meta = new.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise BadRequest("metadata must be an object")
@@ -462,8 +513,8 @@ class Store:
             new.setdefault("status", {})
         self._validate(rt, None, new)
         if dry_run:
-            return copy.deepcopy(new)
-        return copy.deepcopy(self._commit(rt, "ADDED", new, None))
+            return json_copy(new)
+        return json_copy(self._commit(rt, "ADDED", new, None))
 
     def update(
         self,
@@ -495,10 +546,10 @@ class Store:
                 "your changes to the latest version and try again",
                 details={"name": old["metadata"]["name"], "kind": rt.plural},
             )
-        new = copy.deepcopy(dict(obj))
+        new = json_copy(dict(obj))
         new["apiVersion"], new["kind"] = rt.api_version, rt.kind
         if subresource == "status":
-            kept = copy.deepcopy(old)
+            kept = json_copy(old)
             kept["status"] = new.get("status", {})
             new = kept
         elif subresource == "binding":
@@ -506,7 +557,7 @@ class Store:
         elif subresource is not None:
             raise NotFound(f"subresource {subresource!r} not found")
         elif rt.has_status:
-            new["status"] = copy.deepcopy(old.get("status", {}))
+            new["status"] = json_copy(old.get("status", {}))
         new_meta = new.setdefault("metadata", {})
         for key in (
             "uid",
@@ -525,10 +576,10 @@ class Store:
             new_meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
         self._validate(rt, old, new)
         if dry_run:
-            return copy.deepcopy(new)
+            return json_copy(new)
         if new_meta.get("deletionTimestamp") and not new_meta.get("finalizers"):
-            return copy.deepcopy(self._remove(rt, new))
-        return copy.deepcopy(self._commit(rt, "MODIFIED", new, old))
+            return json_copy(self._remove(rt, new))
+        return json_copy(self._commit(rt, "MODIFIED", new, old))
 
     def mutate(
         self,
@@ -587,18 +638,18 @@ class Store:
             )
         if meta.get("finalizers") or graceful:
             if meta.get("deletionTimestamp"):
-                return copy.deepcopy(old)
-            new = copy.deepcopy(old)
+                return json_copy(old)
+            new = json_copy(old)
             new["metadata"]["deletionTimestamp"] = rfc3339(self._now())
             if graceful:
                 new["metadata"]["deletionGracePeriodSeconds"] = grace
-            return copy.deepcopy(self._commit(rt, "MODIFIED", new, old))
-        return copy.deepcopy(self._remove(rt, copy.deepcopy(old)))
+            return json_copy(self._commit(rt, "MODIFIED", new, old))
+        return json_copy(self._remove(rt, json_copy(old)))
 
     def force_remove(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
         """Remove an object now, ignoring finalizers and grace (what the kubelet's final
         zero-grace delete of a terminated pod amounts to). Raises `NotFound`."""
-        return copy.deepcopy(self._remove(rt, copy.deepcopy(self._get(rt, namespace, name))))
+        return json_copy(self._remove(rt, json_copy(self._get(rt, namespace, name))))
 
     # -- watch ---------------------------------------------------------------------
 
@@ -698,6 +749,7 @@ class Store:
 
     def _record(self, rt: ResourceType, change: Change) -> None:
         table = self._tables[rt]
+        table.last_rv = change.rv
         table.history.append(change)
         while len(table.history) > self._history_limit:
             table.compacted_rv = table.history.popleft().rv

@@ -146,3 +146,19 @@ async def test_wait_changed_does_not_lose_a_write_made_before_waiting(store: Sto
     await asyncio.sleep(0)
     store.create(PODS, pod("q"), "ns")
     assert await waiter is True
+
+
+async def test_wait_changed_for_some_kinds_sleeps_through_writes_to_others(store: Store) -> None:
+    """A scheduler waits for pod and node writes only; an Event or a NodeClaim write in
+    between does not wake it, and the pod write after them does."""
+    waiter = asyncio.create_task(store.wait_changed(5, kinds=(PODS,)))
+    await asyncio.sleep(0)
+    store.create(NAMESPACES, {"metadata": {"name": "other"}})
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
+    store.create(PODS, pod("r"), "ns")
+    assert await waiter is True
+    seen = store.resource_version
+    store.create(NAMESPACES, {"metadata": {"name": "third"}})
+    assert await store.wait_changed(0.01, since=seen, kinds=(PODS,)) is False
+    assert await store.wait_changed(0.01, since=seen) is True
