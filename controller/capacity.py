@@ -193,20 +193,24 @@ def place_on_free(
 def excluded_nodes(
     nodes: Mapping[str, NodeInfo], pools: Mapping[str, NodePoolInfo]
 ) -> tuple[tuple[tuple[str, str], ...], dict[str, tuple[str, ...]]]:
-    """Which Ready nodes of GPU NodePools still need `controller.model.NODE_LABEL`
-    ((node, value) pairs), and, per pool, the label values a new trigger of that pool
-    excludes (``NotIn``, at most `MAX_EXCLUDED_NODES`, the last names in order; a node
-    being labelled this pass counts).
+    """Which nodes of GPU NodePools still need `controller.model.NODE_LABEL` ((node,
+    value) pairs), and, per pool, the label values a new trigger of that pool excludes
+    (``NotIn``, at most `MAX_EXCLUDED_NODES`, the last names in order; a node being
+    labelled this pass counts).
 
-    Every Ready node of the pool is excluded: the pods a trigger stands for are
-    Unschedulable, so their scheduler refused each node that exists; capacity freed
-    later reaches them through their scheduler, and the NodeClaims bought for our
-    triggers are not Ready (not excluded) while they come up."""
+    Every node of the pool is excluded, Ready or still initializing: the pods a trigger
+    stands for are Unschedulable, so their scheduler refused each Ready node; capacity
+    freed later reaches them through their scheduler; and a node still coming up was
+    bought for earlier triggers, whose GPUs the planner already counts as on their way
+    (its triggers are marked linked once it exists, so Karpenter no longer counts them
+    on it and would otherwise see its GPUs as free for a new trigger). The NodeClaims
+    still launching have no node yet and are not excluded: their triggers stay
+    Unschedulable and Karpenter keeps simulating them onto those NodeClaims."""
     labels: list[tuple[str, str]] = []
     by_pool: dict[str, list[str]] = defaultdict(list)
     for node in sorted(nodes.values(), key=lambda n: n.name):
         pool = pools.get(node.pool or "")
-        if not node.ready or pool is None or not pool.makes_gpus():
+        if pool is None or not pool.makes_gpus():
             continue
         value = node.label or node_label_value(node.name)
         if node.label is None:

@@ -548,13 +548,25 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
         for t in live
         if (name := links.get(t.ref)) is not None and name != t.node_claim
     )
+    # A trigger stays Unschedulable (provisionable) until its NodeClaim has a node:
+    # Karpenter counts an in-flight NodeClaim's capacity as taken only by the pending pods
+    # it simulates onto it again each batch (existing nodes' Available() subtracts bound
+    # pods alone, pkg/controllers/state/statenode.go), so a trigger taken out of that set
+    # early would leave its GPUs looking free to the next batch's new triggers. Once the
+    # node exists it is excluded from new triggers (`excluded_nodes`), and marking the
+    # trigger then protects it before the node is Ready and pods can take its GPUs.
+    linked_to = {
+        ref: name
+        for ref, name in links.items()
+        if (claim := claims.get(name)) is not None and claim.node_name
+    }
     marks = tuple(
         MarkTrigger(t.ref, linked)
         for t in live
         if not t.binding
         and not t.node_name
         and t.condition_reason
-        != ("Unschedulable" if (linked := links.get(t.ref)) is None else LINKED_REASON)
+        != ("Unschedulable" if (linked := linked_to.get(t.ref)) is None else LINKED_REASON)
     )
     by_group: dict[GroupKey, list[TriggerInfo]] = defaultdict(list)
     for trigger in live:

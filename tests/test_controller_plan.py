@@ -303,7 +303,14 @@ def test_the_nodeclaim_carrying_a_triggers_marker_is_its_link_without_any_event(
         ("gi-1", "nc-for-both"),
         ("gi-2", "nc-for-both"),
     ]
-    assert {m.node_claim for m in result.marks} == {"nc-for-both"}  # Karpenter: hands off
+    # Still launching: Karpenter keeps simulating both onto it (no node to exclude yet).
+    assert {m.node_claim for m in result.marks} == {None}
+    registered = nodeclaim(
+        "nc-for-both", "gpu-standard", gpus=2, model="l4", marked=["gi-1", "gi-2"], node="n-1"
+    )
+    snap = snapshot(pods, triggers=triggers, claims=[registered, other])
+    has_node = plan(snap, CONFIG)
+    assert {m.node_claim for m in has_node.marks} == {"nc-for-both"}  # Karpenter: hands off
     assert {(s.status.phase, s.status.node_claim) for s in result.statuses} == {
         (PROVISIONING, "nc-for-both")
     }
@@ -318,6 +325,7 @@ def test_the_nodeclaim_carrying_a_triggers_marker_is_its_link_without_any_event(
         model="l4",
         marked=["gi-1"],
         created="2026-11-21T12:00:04Z",
+        node="n-retry",
     )
     older = nodeclaim("nc-older", "gpu-standard", gpus=1, model="l4", marked=["gi-1"])
     again = plan(snapshot(pods, triggers=triggers, claims=[gone, retry, older]), CONFIG)
@@ -549,10 +557,14 @@ def test_triggers_are_non_binding_by_default_and_marked_unschedulable() -> None:
     trigger["status"] = condition_patch(T0)["status"]
     marked = plan(snapshot([gpu_pod("a", "1", model="l4")], triggers=[trigger]), CONFIG)
     assert marked.marks == ()
-    # Once its NodeClaim is known, Karpenter is told to leave it alone ...
+    # While its NodeClaim launches, Karpenter must keep counting it there (a trigger
+    # taken out of its pending set would leave those GPUs looking free to new triggers);
+    # once the NodeClaim has a node, Karpenter is told to leave it alone ...
     trigger["metadata"]["annotations"]["gpu-intent.io/nodeclaim"] = "nc-1"
     launching = nodeclaim("nc-1", "gpu-standard", model="l4", launched=True)
     pods = [gpu_pod("a", "1", model="l4")]
+    assert plan(snapshot(pods, triggers=[trigger], claims=[launching]), CONFIG).marks == ()
+    launching = nodeclaim("nc-1", "gpu-standard", model="l4", launched=True, node="n-1")
     linked = plan(snapshot(pods, triggers=[trigger], claims=[launching]), CONFIG)
     assert [(m.node_claim) for m in linked.marks] == ["nc-1"]
     trigger["status"] = condition_patch(T0, "nc-1")["status"]
@@ -729,14 +741,16 @@ def node_obj(
     }
 
 
-def test_triggers_exclude_the_ready_nodes_of_their_pool_labelled_first() -> None:
-    """A new trigger excludes (NotIn) every Ready node of its GPU pool: its pods'
-    scheduler refused them all, though Karpenter may see free GPUs there (HAMi's 10 per
-    card). Nodes without the label get it in the same pass, before the creates."""
+def test_triggers_exclude_the_nodes_of_their_pool_labelled_first() -> None:
+    """A new trigger excludes (NotIn) every node of its GPU pool: its pods' scheduler
+    refused the Ready ones, though Karpenter may see free GPUs there (HAMi's 10 per
+    card), and one still joining was bought for earlier triggers (marked linked, so
+    Karpenter would see its GPUs as free). Nodes without the label get it in the same
+    pass, before the creates."""
     nodes = [
         node_obj("ip-1", "gpu-standard", label="ip-1"),
         node_obj("ip-2", "gpu-standard"),
-        node_obj("ip-3", "gpu-standard", ready=False),  # joining: not refused yet
+        node_obj("ip-3", "gpu-standard", ready=False),  # joining
         node_obj("ip-4", "gpu-large"),  # another pool
         node_obj("x" * 70, "gpu-standard"),  # too long for a label value: hashed
     ]
@@ -745,7 +759,7 @@ def test_triggers_exclude_the_ready_nodes_of_their_pool_labelled_first() -> None
     hashed = node_label_value("x" * 70)
     assert re.fullmatch(r"n-[0-9a-f]{20}", hashed)
     assert sorted((n.node, n.value) for n in result.labels) == sorted(
-        [("ip-2", "ip-2"), ("ip-4", "ip-4"), ("x" * 70, hashed)]
+        [("ip-2", "ip-2"), ("ip-3", "ip-3"), ("ip-4", "ip-4"), ("x" * 70, hashed)]
     )
     [create] = result.creates
     expressions = create.body["spec"]["affinity"]["nodeAffinity"][  # type: ignore[index]
@@ -754,7 +768,7 @@ def test_triggers_exclude_the_ready_nodes_of_their_pool_labelled_first() -> None
     assert {
         "key": "gpu-intent.io/node",
         "operator": "NotIn",
-        "values": sorted(["ip-1", "ip-2", hashed]),
+        "values": sorted(["ip-1", "ip-2", "ip-3", hashed]),
     } in expressions
     many = {
         f"n{i:03d}": NodeInfo(f"n{i:03d}", "gpu-standard", True, f"n{i:03d}") for i in range(150)
