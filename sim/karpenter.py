@@ -34,6 +34,7 @@ from sim.affinity import anti_affinity_conflict
 from sim.catalog import CATALOG, InstanceType, format_resources, offering_requirements
 from sim.events import EventRecorder
 from sim.nodeclaims import ExistingNode, KarpenterTimings, Lifecycle
+from sim.podview import PodView
 from sim.requirements import (
     NODEPOOL_LABEL,
     WELL_KNOWN_LABELS,
@@ -453,13 +454,34 @@ def solve(snapshot: Snapshot) -> Results:
             queue.append((pod, pod_requests(pod)))
         except ValueError as e:
             errors[_pod_key(pod)] = f"invalid resource requests, {e}"
+    # A pod that fails changes nothing, so a pod that the solver reads identically to one
+    # that just failed fails the same way until a pod is placed: the verdict is reused
+    # (the sim's shortcut; Karpenter evaluates each pod, with the same result).
+    failed: dict[str, str] = {}
     for pod, requests in sorted(queue, key=_pod_order):
-        if (error := solver.schedule(pod, requests)) is not None:
+        signature = _solver_signature(pod)
+        error = failed.get(signature)
+        if error is None:
+            error = solver.schedule(pod, requests)
+            if error is None:
+                failed.clear()
+            else:
+                failed[signature] = error
+        if error is not None:
             errors[_pod_key(pod)] = error
     for claim in solver.new:
         claim.instance_types.sort(key=lambda it: it.price)
     placed = [(ex.node, ex.pods) for ex in solver.existing if ex.pods]
     return Results(solver.new, placed, errors)
+
+
+def _solver_signature(pod: Obj) -> str:
+    """Everything `solve` reads from a pod: its namespace, labels and spec (requests,
+    selectors, affinity, tolerations, topology); not its name, status or annotations."""
+    meta = pod.get("metadata") or {}
+    return json.dumps(
+        [meta.get("namespace"), meta.get("labels"), pod.get("spec")], sort_keys=True, default=str
+    )
 
 
 class Batcher:
@@ -541,6 +563,7 @@ class KarpenterSim:
         self._recorder = recorder or EventRecorder(store, "karpenter", monotonic=clock)
         self._batcher = Batcher(timings.batch_idle_seconds, timings.batch_max_seconds)
         self._requeue: dict[str, tuple[str, float]] = {}  # pod uid -> (resourceVersion, due)
+        self._view = PodView(store)  # pods with no node: the only ones IsProvisionable takes
         self._dedupe: dict[tuple[str, str], float] = {}  # (reason, pod uid) -> expiry
         self._tokens, self._tokens_at = 10.0, clock()
         self._lifecycle = Lifecycle(
@@ -563,7 +586,8 @@ class KarpenterSim:
         """One pass; returns the seconds until timed work is due (None: none pending)."""
         self._lifecycle.reconcile()
         now = self._clock()
-        self._trigger(self._store.list(PODS, copy_objects=False)[0], now)
+        self._view.refresh()
+        self._trigger(list(self._view.unbound.values()), now)
         if self._batcher.take(now):
             self._provision()
         due = [t for _, t in self._requeue.values()]

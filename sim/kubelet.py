@@ -209,15 +209,21 @@ class SimKubelet:
         """One pass over bound pods; returns seconds until the next timer (None: none)."""
         now = self._monotonic()
         self._view.refresh()
-        bound = [pod for on_node in self._view.bound.values() for pod in on_node.values()]
         nodes = {n["metadata"]["name"]: n for n in self._store.iter_objects(NODES)}
-        seen: set[str] = set()
+        bound = [pod for on_node in self._view.bound.values() for pod in on_node.values()]
+        seen = {pod["metadata"]["uid"] for pod in bound}
         due: list[float] = []
         used: dict[str, dict[str, Decimal]] | None = None  # summed when an admission needs it
-        pods = sorted(bound, key=lambda p: str(p["metadata"].get("creationTimestamp", "")))
-        for pod in pods:
+        # A Running pod on a node that exists, not being deleted, needs nothing this pass.
+        work = [
+            pod
+            for pod in bound
+            if (pod.get("status") or {}).get("phase") != "Running"
+            or pod["metadata"].get("deletionTimestamp")
+            or pod["spec"]["nodeName"] not in nodes
+        ]
+        for pod in sorted(work, key=lambda p: str(p["metadata"].get("creationTimestamp", ""))):
             uid = pod["metadata"]["uid"]
-            seen.add(uid)
             node = nodes.get(pod["spec"]["nodeName"])
             if node is None:
                 log.info("removing %s: its node %s is gone", _ref(pod), pod["spec"]["nodeName"])

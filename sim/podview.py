@@ -34,6 +34,8 @@ class PodView:
       kubelet still removes them);
     - `pending`: ``spec.schedulerName`` (default ``default-scheduler``) -> uid -> pod, for
       pods with no ``spec.nodeName`` that are not being deleted;
+    - `unbound`: uid -> pod, every pod with no ``spec.nodeName`` (terminating ones
+      included: Karpenter's IsProvisionable does not exclude them);
     - `node_version`: node name -> a counter bumped whenever the node's set of bound pods
       (or one of them) changes, so callers can cache per-node sums;
     - `pods`: uid -> pod, every pod.
@@ -48,6 +50,7 @@ class PodView:
         self.pods: dict[str, Obj] = {}
         self.bound: dict[str, dict[str, Obj]] = {}
         self.pending: dict[str, dict[str, Obj]] = {}
+        self.unbound: dict[str, Obj] = {}
         self.node_version: dict[str, int] = {}
         self._where: dict[str, tuple[bool, str]] = {}  # uid -> (bound?, node or scheduler)
         self._bumps = 0
@@ -79,6 +82,7 @@ class PodView:
         self.pods.clear()
         self.bound.clear()
         self.pending.clear()
+        self.unbound.clear()
         self._where.clear()
         for pod in pods:
             self._put(pod)
@@ -90,6 +94,7 @@ class PodView:
 
     def _drop(self, uid: str) -> None:
         self.pods.pop(uid, None)
+        self.unbound.pop(uid, None)
         where = self._where.pop(uid, None)
         if where is None:
             return
@@ -113,7 +118,9 @@ class PodView:
             self.bound.setdefault(node, {})[uid] = pod
             self._where[uid] = (True, node)
             self._bump(node)
-        elif not is_terminating(pod):
+            return
+        self.unbound[uid] = pod
+        if not is_terminating(pod):
             name = str(spec.get("schedulerName") or _DEFAULT_SCHEDULER)
             self.pending.setdefault(name, {})[uid] = pod
             self._where[uid] = (False, name)

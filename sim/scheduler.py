@@ -141,12 +141,6 @@ class _PodInfo:
     demand: gpushare.GpuDemand | None
 
 
-#: `gpushare.usage` per (node, device count, HAMi flag, its pods' uid and
-#: resourceVersion): the same node's usage is recomputed on every pass of every loop.
-_USAGE: dict[tuple[Any, ...], list[float]] = {}
-_USAGE_BOUND: Final = 4096
-
-
 @dataclass(slots=True)
 class _NodeInfo:
     obj: Obj
@@ -165,22 +159,9 @@ class _NodeInfo:
             self.requested[key] = self.requested.get(key, Decimal(0)) + value
 
     def refresh_gpus(self) -> None:
-        key = (
-            self.name,
-            len(self.devices),
-            self.hami,
-            tuple(
-                (p.pod["metadata"].get("uid"), p.pod["metadata"].get("resourceVersion"))
-                for p in self.pods
-            ),
+        self.gpu_used = gpushare.usage(
+            (p.pod for p in self.pods), self.devices, hami_node=self.hami
         )
-        cached = _USAGE.get(key)
-        if cached is None:
-            cached = gpushare.usage((p.pod for p in self.pods), self.devices, hami_node=self.hami)
-            if len(_USAGE) >= _USAGE_BOUND:
-                _USAGE.clear()
-            _USAGE[key] = cached
-        self.gpu_used = list(cached)
 
     def places_devices(self, info: _PodInfo) -> bool:
         """Whether ``info`` takes physical devices here: every GPU pod, except a plain
@@ -359,8 +340,11 @@ class SimScheduler:
         self._cache: dict[str, tuple[str, _PodInfo | None]] = {}
         self._nodes: dict[str, tuple[tuple[str, str], _NodeInfo]] = {}
         self._view = PodView(store)
-        #: node -> (PodView.node_version, its bound pods' infos, their summed requests)
-        self._bound: dict[str, tuple[int, list[_PodInfo], dict[str, Decimal]]] = {}
+        #: node -> ((PodView.node_version, node uid, node resourceVersion), its bound
+        #: pods' infos, their summed requests, the GPU share used on each device)
+        self._bound: dict[
+            str, tuple[tuple[int, str, str], list[_PodInfo], dict[str, Decimal], list[float]]
+        ] = {}
         self._warned: set[tuple[str, str]] = set()
         self._rng = random.Random()
 
@@ -418,8 +402,6 @@ class SimScheduler:
         if name == "kai-scheduler":
             self._sync_reservations(list(view.pods.values()))
         yield False
-        for node in nodes.values():
-            node.refresh_gpus()
         pending.sort(
             key=lambda p: (-p.priority, p.pod["metadata"].get("creationTimestamp", ""), _ref(p.pod))
         )
@@ -439,20 +421,27 @@ class SimScheduler:
     def _node_with_pods(self, node: Obj) -> _NodeInfo:
         """A fresh `_NodeInfo` of ``node`` holding its bound pods; the pods' infos and
         summed requests are cached per node until the view says its pods changed."""
-        name = node["metadata"]["name"]
+        meta = node["metadata"]
+        name = meta["name"]
         info = self._node_info(node)
-        version = self._view.node_version.get(name, 0)
+        version = (
+            self._view.node_version.get(name, 0),
+            meta.get("uid", ""),
+            meta.get("resourceVersion", ""),
+        )
         cached = self._bound.get(name)
         if cached is None or cached[0] != version:
-            summed = _NodeInfo(node, name, info.allocatable, info.devices)
+            summed = _NodeInfo(node, name, info.allocatable, info.devices, hami=info.hami)
             for pod in self._view.bound_on(name):
                 if is_terminal(pod):
                     continue
                 summed.add(self._info(pod) or _PodInfo(pod, 0, {"pods": Decimal(1)}, None))
-            cached = (version, summed.pods, summed.requested)
+            summed.refresh_gpus()
+            cached = (version, summed.pods, summed.requested, summed.gpu_used)
             self._bound[name] = cached
         info.pods = list(cached[1])
         info.requested = dict(cached[2])
+        info.gpu_used = list(cached[3])
         return info
 
     def _node_info(self, node: Obj) -> _NodeInfo:
