@@ -50,6 +50,9 @@ import contextlib
 import copy
 import logging
 import math
+import signal
+import socket
+import sys
 import tempfile
 import time
 import traceback
@@ -60,6 +63,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
+import aiohttp
 from kubernetes_asyncio import client
 
 from certs import write_tls_files
@@ -467,6 +471,86 @@ def example_setup() -> list[dict[str, Any]]:
     return docs
 
 
+#: The installed ``gpu-intent`` command, for the product run as its own processes.
+EXE: Final = str(Path(sys.executable).with_name("gpu-intent"))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def controller_flags(config: ControllerConfig) -> list[str]:
+    """``gpu-intent controller`` flags for ``config`` (the settings the benchmarks vary)."""
+    plan = config.plan
+    flags = [
+        "--namespace", plan.trigger.namespace,
+        "--cover-seconds", f"{plan.cover_seconds:g}",
+        "--max-triggers", str(plan.max_triggers),
+        "--pass-idle-seconds", f"{config.idle_seconds:g}",
+        "--pass-max-delay-seconds", f"{config.max_delay_seconds:g}",
+        "--resync-seconds", f"{config.resync_seconds:g}",
+        "--report-writes-per-second", f"{config.report_writes_per_second:g}",
+    ]  # fmt: skip
+    if plan.default_nodepool:
+        flags += ["--default-nodepool", plan.default_nodepool]
+    return flags
+
+
+async def _until_http_ok(url: str, seconds: float = 60.0, **kwargs: Any) -> None:
+    """Poll ``url`` until it answers 200. Raises TimeoutError."""
+    deadline = time.monotonic() + seconds
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(url, **kwargs) as resp:
+                    if resp.status == 200:
+                        return
+            await asyncio.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer 200 within {seconds:g}s")
+
+
+@contextlib.asynccontextmanager
+async def product_processes(
+    workdir: Path, cluster: SimCluster, api: client.ApiClient, config: ControllerConfig
+) -> AsyncIterator[None]:
+    """The webhook and the controller as their own ``gpu-intent`` processes, as they run
+    in a cluster (own pods, own CPU), against the sim's API server; ready on entry,
+    stopped with SIGTERM on exit."""
+    tls = write_tls_files(workdir / "webhook", ["localhost"], ["127.0.0.1"])
+    hook_port, metrics_port = _free_port(), _free_port()
+    null = asyncio.subprocess.DEVNULL
+    procs = [
+        await asyncio.create_subprocess_exec(
+            EXE, "--log-level", "WARNING", "webhook", "--listen", f"127.0.0.1:{hook_port}",
+            "--tls-cert-file", str(tls.cert), "--tls-key-file", str(tls.key),
+            stdout=null, stderr=null,
+        ),
+        await asyncio.create_subprocess_exec(
+            EXE, "--log-level", "WARNING", "controller", "--kubeconfig", str(cluster.kubeconfig),
+            "--metrics-address", f"127.0.0.1:{metrics_port}", *controller_flags(config),
+            stdout=null, stderr=null,
+        ),
+    ]  # fmt: skip
+    try:
+        await _until_http_ok(f"https://127.0.0.1:{hook_port}/healthz", ssl=False)
+        url = f"https://127.0.0.1:{hook_port}/mutate"
+        await apply(api, webhook_configuration(url, tls.ca_cert.read_bytes()))
+        await _until_http_ok(f"http://127.0.0.1:{metrics_port}/readyz")
+        yield
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                await asyncio.wait_for(proc.wait(), 30)
+            except TimeoutError:
+                proc.kill()
+                SHUTDOWN_PROBLEMS.append(f"{EXE} pid {proc.pid} killed after 30 s")
+
+
 @contextlib.asynccontextmanager
 async def side(
     workdir: Path,
@@ -474,9 +558,11 @@ async def side(
     *,
     controller: ControllerConfig | None,
     scheduler_resync_seconds: float,
+    processes: bool = False,
 ) -> AsyncIterator[Side]:
     """A fresh sim with the examples' namespaces and pools; with ``controller`` also the
-    real webhook over TLS and the real controller (running, ready)."""
+    real webhook over TLS and the real controller (running, ready): in this process, or
+    with ``processes`` as their own ``gpu-intent`` processes (`product_processes`)."""
     async with SimCluster(
         workdir / "cluster", karpenter=timings, scheduler_resync_seconds=scheduler_resync_seconds
     ) as cluster:
@@ -491,6 +577,10 @@ async def side(
             for doc in example_setup():
                 await apply(api, doc)
             running = None
+            if controller is not None and processes:
+                async with product_processes(workdir, cluster, api, controller):
+                    yield Side(cluster, api, claims, triggers, None)
+                return
             if controller is not None:
                 tls = write_tls_files(workdir / "webhook", ["localhost"], ["127.0.0.1"])
                 runner = await webhook_server.start(

@@ -177,6 +177,7 @@ async def measure(
             timings,
             controller=controller_config(factor) if with_controller else None,
             scheduler_resync_seconds=0.5 * factor,
+            processes=True,
         ) as s:
             timer = BindTimer(s.cluster, cost.NAMESPACE, len(pods))
             loop = asyncio.get_running_loop()

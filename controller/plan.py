@@ -558,7 +558,7 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
     linked_to = {
         ref: name
         for ref, name in links.items()
-        if (claim := claims.get(name)) is not None and claim.node_name
+        if name is not None and (claim := claims.get(name)) is not None and claim.node_name
     }
     marks = tuple(
         MarkTrigger(t.ref, linked)

@@ -154,6 +154,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-address", type=_address, default=("0.0.0.0", 8080), metavar="HOST:PORT"
     )
     controller.add_argument(
+        "--pass-idle-seconds",
+        type=_positive,
+        default=0.1,
+        help="plan once changes have been quiet this long (default 0.1)",
+    )
+    controller.add_argument(
+        "--pass-max-delay-seconds",
+        type=_positive,
+        default=0.5,
+        help="plan at most this long after the first change, however busy (default 0.5)",
+    )
+    controller.add_argument(
+        "--resync-seconds",
+        type=_positive,
+        default=5.0,
+        help="plan at least this often with no change (default 5)",
+    )
+    controller.add_argument(
         "--report-writes-per-second",
         type=_positive,
         default=50.0,
@@ -222,7 +240,11 @@ async def _run_controller(args: argparse.Namespace) -> None:
     from controller.server import start
 
     config = ControllerConfig(
-        plan=plan_config(args), report_writes_per_second=args.report_writes_per_second
+        plan=plan_config(args),
+        idle_seconds=args.pass_idle_seconds,
+        max_delay_seconds=args.pass_max_delay_seconds,
+        resync_seconds=args.resync_seconds,
+        report_writes_per_second=args.report_writes_per_second,
     )
     kube = await Kube.connect(args.kubeconfig, args.context)
     controller = Controller(kube, config)
