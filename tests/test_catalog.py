@@ -8,9 +8,12 @@ import pytest
 
 from gpu_intent.catalog import (
     CatalogError,
+    active_catalog,
     default_catalog,
     load_catalog,
+    use_catalog,
 )
+from webhook.inference import infer_intent
 
 
 @pytest.mark.parametrize(
@@ -82,6 +85,58 @@ def test_instance_types(raw: str, provider: str, count: int | None, gpu_id: str)
 
 def test_cpu_instance_type_has_no_gpu() -> None:
     assert default_catalog().instance_type("m5.large") is None
+
+
+def test_override_adds_and_replaces_entries(tmp_path: Path) -> None:
+    override = tmp_path / "catalog.yaml"
+    override.write_text(
+        "gpus:\n"
+        "  rtx-pro-6000:\n"
+        "    model: rtx-pro-6000\n"
+        "    vendor: nvidia\n"
+        "    memory_mib: 98304\n"
+        "    aliases: [NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition]\n"
+        "  t4:\n"
+        "    model: t4\n"
+        "    vendor: nvidia\n"
+        "    memory_mib: 15360\n"
+        "instance_types:\n"
+        "  aws:\n"
+        "    g7e.2xlarge: [1, rtx-pro-6000]\n"
+        "families:\n"
+        "  tke:\n"
+        "    GN7: l4\n"
+    )
+    catalog = load_catalog(override)
+    found = catalog.lookup("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition")
+    assert found is not None and found.model == "rtx-pro-6000"
+    t4 = catalog.lookup("Tesla-T4")  # the alias went with the replaced entry
+    assert t4 is not None and t4.gpu is not None and t4.gpu.memory_mib == 15360
+    assert catalog.instance_type("g7e.2xlarge") is not None
+    tke = catalog.instance_type("GN7.2XLARGE32")
+    assert tke is not None and tke.gpu.model == "l4"
+    assert catalog.instance_type("p4d.24xlarge") is not None  # the rest is still there
+    pod = {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                    "nodeSelector": {"node.kubernetes.io/instance-type": "g7e.2xlarge"}}}  # fmt: skip
+    intent = infer_intent(pod, catalog)
+    assert intent is not None and intent.model == "rtx-pro-6000"
+    assert infer_intent(pod) is not None and infer_intent(pod).model is None  # type: ignore[union-attr]
+
+
+def test_use_catalog_sets_what_inference_reads(tmp_path: Path) -> None:
+    override = tmp_path / "c.yaml"
+    override.write_text("families:\n  aws:\n    g6e: a100-80gb\n")
+    pod = {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                    "nodeSelector": {"karpenter.k8s.aws/instance-family": "g6e"}}}  # fmt: skip
+    use_catalog(load_catalog(override))
+    try:
+        intent = infer_intent(pod)
+        assert intent is not None and intent.model == "a100"
+    finally:
+        use_catalog(None)
+    assert active_catalog() is default_catalog()
+    intent = infer_intent(pod)
+    assert intent is not None and intent.model == "l40s"
 
 
 @pytest.mark.parametrize(
