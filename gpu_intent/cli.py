@@ -1,8 +1,9 @@
-"""The ``gpu-intent`` command: ``webhook``, ``controller``, ``certs`` and ``demo``.
+"""The ``gpu-intent`` command: ``webhook``, ``controller``, ``explain``, ``certs`` and ``demo``.
 
 ``webhook`` and ``controller`` are the production binaries: they find the cluster the
 standard way (``--kubeconfig``, ``$KUBECONFIG``, in-cluster service account,
 ``~/.kube/config``) and know nothing of the simulated cluster the ``demo`` starts.
+``explain`` runs the webhook's inference on manifests, offline.
 """
 
 from __future__ import annotations
@@ -139,6 +140,31 @@ def build_parser() -> argparse.ArgumentParser:
     webhook.add_argument("--listen", type=_address, default=("0.0.0.0", 8443), metavar="HOST:PORT")
     webhook.add_argument("--tls-cert-file", required=True, help="PEM certificate (tls.crt)")
     webhook.add_argument("--tls-key-file", required=True, help="PEM private key (tls.key)")
+    _add_catalog_flag(webhook)
+
+    explain = sub.add_parser(
+        "explain",
+        help="print each pod template's GPU intent and the reasoning, offline",
+        description="Run the webhook's inference on the pod templates of manifests (Pods, "
+        "Deployments, Jobs, CronJobs, any object with a pod template) without a cluster.",
+    )
+    explain.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="manifest file, directory of *.yaml/*.yml/*.json, or - for stdin (repeatable)",
+    )
+    explain.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="text: for a person; json: a list with the annotation values under their keys "
+        "(default text)",
+    )
+    _add_catalog_flag(explain)
 
     controller = sub.add_parser("controller", help="run the trigger controller against a cluster")
     controller.add_argument(
@@ -226,6 +252,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_catalog_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--catalog",
+        metavar="FILE",
+        help="GPU catalog YAML merged over the built-in one (gpu_intent/catalog.yaml shows "
+        "the shape): extra GPUs, spellings, instance types",
+    )
+
+
+def _load_catalog(args: argparse.Namespace) -> bool:
+    """Load ``--catalog`` over the built-in catalog and make it the one inference uses;
+    False (after saying why on stderr) when it cannot be loaded."""
+    from gpu_intent.catalog import CatalogError, load_catalog, use_catalog
+
+    try:
+        use_catalog(load_catalog(args.catalog))
+    except CatalogError as e:
+        print(f"gpu-intent {args.command}: {e}", file=sys.stderr)
+        return False
+    return True
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from gpu_intent.explain import ExplainError, explain, read_documents, render_json, render_text
+
+    if not _load_catalog(args):
+        return 2
+    try:
+        documents = read_documents(args.filename)
+    except ExplainError as e:
+        print(f"gpu-intent explain: {e}", file=sys.stderr)
+        return 2
+    explanations = explain(documents)
+    render = render_json if args.output == "json" else render_text
+    sys.stdout.write(render(explanations) + ("\n" if args.output == "json" else ""))
+    return 0
+
+
 def _configure_logging(level: str) -> None:
     logging.basicConfig(
         level=level.upper(),
@@ -282,6 +346,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         files = write_tls_files(args.out_dir, args.dns_name, args.ip, days=args.days)
         print(f"wrote {files.ca_cert}, {files.cert}, {files.key}")
         return 0
+    if args.command == "explain":
+        return _explain(args)
     if args.command == "demo":
         from gpu_intent.demo import run_demo
 
@@ -298,6 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "webhook":
         from webhook.server import serve
 
+        if not _load_catalog(args):
+            return 2
         host, port = args.listen
         try:
             asyncio.run(_until_signalled(serve(host, port, args.tls_cert_file, args.tls_key_file)))

@@ -12,6 +12,10 @@ Annotation values (all strings, as Kubernetes requires):
 ``gpu-intent.io/model``           canonical lowercase GPU model (``a100``, ``l4``), optional
 ``gpu-intent.io/pool``            Karpenter NodePool name the workload asked for, optional
 ``gpu-intent.io/gpu-memory``      GPU memory per GPU in MiB (integer), optional
+``gpu-intent.io/model-memory``    MiB per GPU of the model *variant* the pod names (integer,
+                                  optional, added in v1 without a version change): the 80 GB
+                                  A100 is ``a100`` with ``81920``; never demand, so it does
+                                  not change how GPUs are summed
 ``gpu-intent.io/source``          comma list of ``<where>:<key>`` the intent was inferred from
 ==============================  ======================================================
 
@@ -33,6 +37,9 @@ ANNOTATION_GPUS = f"{DOMAIN}/gpus"
 ANNOTATION_MODEL = f"{DOMAIN}/model"
 ANNOTATION_POOL = f"{DOMAIN}/pool"
 ANNOTATION_GPU_MEMORY = f"{DOMAIN}/gpu-memory"
+#: MiB per GPU of the model variant the pod names (additive: readers that do not know it
+#: ignore it).
+ANNOTATION_MODEL_MEMORY = f"{DOMAIN}/model-memory"
 ANNOTATION_SOURCE = f"{DOMAIN}/source"
 #: Written by the controller on real pods: a short human-readable scale-up status.
 ANNOTATION_SCALE_UP = f"{DOMAIN}/scale-up"
@@ -43,6 +50,7 @@ INTENT_ANNOTATIONS: tuple[str, ...] = (
     ANNOTATION_MODEL,
     ANNOTATION_POOL,
     ANNOTATION_GPU_MEMORY,
+    ANNOTATION_MODEL_MEMORY,
     ANNOTATION_SOURCE,
 )
 
@@ -75,6 +83,12 @@ def is_label_value(text: str) -> bool:
 _POOL_NAME = re.compile(r"^[a-z0-9](?:[-a-z0-9.]{0,61}[a-z0-9])?$")
 
 
+def is_pool_name(text: str) -> bool:
+    """Whether ``text`` can be a ``gpu-intent.io/pool`` value: a DNS-1123 subdomain of at
+    most 63 characters (a NodePool name that is also a label value)."""
+    return bool(_POOL_NAME.match(text))
+
+
 class IntentError(ValueError):
     """An intent annotation set, or a pod field it is inferred from, is malformed.
 
@@ -93,6 +107,8 @@ class Intent:
             does not say.
         pool: Karpenter NodePool name the pod asked for, or None.
         gpu_memory_mib: GPU memory per GPU in MiB, or None when unknown.
+        model_memory_mib: MiB per GPU of the model variant the pod names (``81920`` for
+            the 80 GB A100), or None when the pod names no variant. Not demand.
         source: where each part was inferred from, e.g.
             ``("hami:nvidia.com/gpumem", "hami:nvidia.com/use-gputype")``.
     """
@@ -102,6 +118,7 @@ class Intent:
     pool: str | None = None
     gpu_memory_mib: int | None = None
     source: tuple[str, ...] = ()
+    model_memory_mib: int | None = None
 
     def __post_init__(self) -> None:
         if not self.gpus.is_finite() or self.gpus <= 0 or self.gpus > MAX_GPUS:
@@ -112,6 +129,10 @@ class Intent:
             raise IntentError(f"pool {self.pool!r} is not a valid NodePool name")
         if self.gpu_memory_mib is not None and self.gpu_memory_mib <= 0:
             raise IntentError(f"gpu-memory must be a positive MiB count, got {self.gpu_memory_mib}")
+        if self.model_memory_mib is not None and self.model_memory_mib <= 0:
+            raise IntentError(
+                f"model-memory must be a positive MiB count, got {self.model_memory_mib}"
+            )
         for token in self.source:
             if "," in token or not token:
                 raise IntentError(f"source token {token!r} must be non-empty and comma-free")
@@ -129,6 +150,8 @@ class Intent:
             out[ANNOTATION_POOL] = self.pool
         if self.gpu_memory_mib is not None:
             out[ANNOTATION_GPU_MEMORY] = str(self.gpu_memory_mib)
+        if self.model_memory_mib is not None:
+            out[ANNOTATION_MODEL_MEMORY] = str(self.model_memory_mib)
         return out
 
     @classmethod
@@ -137,8 +160,8 @@ class Intent:
 
         Returns None when the pod carries no ``gpu-intent.io/intent-version`` annotation
         (it was never annotated). Raises `IntentError` when it carries one but the set is
-        malformed (unknown version, missing or bad ``gpus``, bad ``gpu-memory``): the
-        controller must not act on a pod it cannot parse.
+        malformed (unknown version, missing or bad ``gpus``, bad ``gpu-memory`` or
+        ``model-memory``): the controller must not act on a pod it cannot parse.
         """
         if not annotations or ANNOTATION_VERSION not in annotations:
             return None
@@ -149,12 +172,8 @@ class Intent:
         if raw_gpus is None:
             raise IntentError(f"{ANNOTATION_GPUS} is missing")
         gpus = parse_gpus(raw_gpus)
-        memory: int | None = None
-        raw_memory = annotations.get(ANNOTATION_GPU_MEMORY)
-        if raw_memory is not None:
-            if not raw_memory.isascii() or not raw_memory.isdigit() or len(raw_memory) > 12:
-                raise IntentError(f"{ANNOTATION_GPU_MEMORY}={raw_memory!r} is not a MiB count")
-            memory = int(raw_memory)
+        memory = _mib(annotations, ANNOTATION_GPU_MEMORY)
+        model_memory = _mib(annotations, ANNOTATION_MODEL_MEMORY)
         raw_source = annotations.get(ANNOTATION_SOURCE, "")
         source = tuple(t for t in raw_source.split(",") if t)
         return cls(
@@ -163,7 +182,18 @@ class Intent:
             pool=annotations.get(ANNOTATION_POOL) or None,
             gpu_memory_mib=memory,
             source=source,
+            model_memory_mib=model_memory,
         )
+
+
+def _mib(annotations: Mapping[str, str], key: str) -> int | None:
+    """Annotation ``key`` as a MiB count (ASCII digits, at most 12), None when absent."""
+    raw = annotations.get(key)
+    if raw is None:
+        return None
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 12:
+        raise IntentError(f"{key}={raw!r} is not a MiB count")
+    return int(raw)
 
 
 def parse_gpus(raw: str) -> Decimal:

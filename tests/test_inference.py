@@ -9,7 +9,7 @@ import pytest
 
 from gpu_intent.intent import Intent, IntentError
 from gpu_intent.quantity import parse_count, parse_quantity, to_mib
-from webhook.inference import canonical_model, infer_intent
+from webhook.inference import canonical_model, infer, infer_intent
 
 
 def container(
@@ -364,13 +364,20 @@ def test_node_affinity_in_gives_model_and_pool() -> None:
             {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["gpu-t4"]},
         ],
     )  # fmt: skip
-    result = intent_of(pod(container(limits={"nvidia.com/gpu": "1"}), affinity=affinity))
-    assert result.model == "t4"
+    inference = infer(pod(container(limits={"nvidia.com/gpu": "1"}), affinity=affinity))
+    result = inference.intent
+    assert result is not None
+    assert result.model == "t4"  # the first listed of two: an ambiguity resolved by rule
     assert result.pool == "gpu-t4"
     assert result.source == (
         "resources:nvidia.com/gpu",
         "nodeAffinity:cloud.google.com/gke-accelerator",
+        "rule:model-first-listed",
         "nodeAffinity:karpenter.sh/nodepool",
+    )
+    assert inference.warnings == (
+        "model: chose nvidia-tesla-t4 of nvidia-tesla-t4,nvidia-l4 (first listed in nodeAffinity "
+        "gke-accelerator)",
     )
 
 
@@ -382,14 +389,36 @@ def test_node_affinity_not_in_is_ignored() -> None:
     assert result.model is None
 
 
-def test_sharing_layer_model_wins_over_selector() -> None:
+def test_node_constraint_wins_over_a_disagreeing_sharing_layer_model() -> None:
+    # The node must carry the selector's label: a trigger for the H100 would buy a node the
+    # pod can never run on. The disagreement is a warning and a rule token.
     p = pod(
         annotations={"tensor-fusion.ai/gpu-model": "H100"},
         node_selector={"karpenter.k8s.aws/instance-gpu-name": "a100"},
     )
+    inference = infer(p)
+    assert inference.intent is not None
+    assert inference.intent.model == "a100"
+    assert inference.intent.source[-2:] == (
+        "nodeSelector:karpenter.k8s.aws/instance-gpu-name",
+        "rule:model-earlier-source",
+    )
+    assert inference.warnings == (
+        "model: kept a100 (nodeSelector instance-gpu-name), not h100 (tensor-fusion gpu-model)",
+    )
+    assert all(len("gpu-intent: " + w) <= 120 for w in inference.warnings)
+
+
+def test_sharing_layer_model_that_agrees_with_the_selector_is_recorded_too() -> None:
+    p = pod(
+        annotations={"tensor-fusion.ai/gpu-model": "A100"},
+        node_selector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
+    )
     result = intent_of(p)
-    assert result.model == "h100"
-    assert "nodeSelector:karpenter.k8s.aws/instance-gpu-name" not in result.source
+    assert (result.model, result.model_memory_mib) == ("a100", 81920)
+    assert "nodeSelector:nvidia.com/gpu.product" in result.source
+    assert "tensor-fusion:tensor-fusion.ai/gpu-model" in result.source
+    assert not any(t.startswith("rule:") for t in result.source)
 
 
 def test_init_container_peak_beats_smaller_sum() -> None:
@@ -454,12 +483,13 @@ def test_malformed_fields_raise_intent_error(bad: dict[str, Any], match: str) ->
         infer_intent(bad)
 
 
-def test_malformed_affinity_raises_only_for_gpu_pods() -> None:
+def test_malformed_affinity_costs_only_the_constraints() -> None:
     bad_affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": "x"}}}  # fmt: skip
     assert infer_intent(pod(affinity=bad_affinity)) is None
-    with pytest.raises(IntentError, match="nodeSelectorTerms"):
-        infer_intent(pod(container(limits={"nvidia.com/gpu": "1"}), affinity=bad_affinity))
+    inference = infer(pod(container(limits={"nvidia.com/gpu": "1"}), affinity=bad_affinity))
+    assert inference.intent == Intent(gpus=Decimal(1), source=("resources:nvidia.com/gpu",))
+    assert any("nodeSelectorTerms is not a list" in w for w in inference.warnings)
 
 
 def test_not_a_mapping_raises() -> None:
@@ -544,3 +574,331 @@ def test_counts_and_mib_round_up() -> None:
     assert to_mib("20Gi", "f") == 20480
     assert to_mib("1G", "f") == 954  # 1e9 B / 1048576 = 953.67
     assert to_mib("1Mi", "f") == 1
+
+
+# --- sources added with the catalog -------------------------------------------------------
+
+
+def aff_in(key: str, *values: str) -> dict[str, Any]:
+    return required_affinity([{"key": key, "operator": "In", "values": list(values)}])
+
+
+def test_hami_n_vgpus_with_memory_percentage_alone_are_n_gpus() -> None:
+    res = {"nvidia.com/gpu": "3", "nvidia.com/gpumem-percentage": "25"}
+    result = intent_of(pod(container(limits=res)))
+    assert result.gpus == 3  # not 3 x 0.25
+    assert result.source[:2] == ("hami:nvidia.com/gpu", "hami:nvidia.com/gpumem-percentage")
+
+
+def test_aks_mi300x_pod_asking_amd_gpu_gets_an_intent() -> None:
+    # An AKS ND MI300X v5 node pool pod: amd.com/gpu (AMD's device plugin), instance type
+    # selector. Before the catalog no intent was written for it at all.
+    p = pod(
+        container(limits={"amd.com/gpu": "1"}),
+        node_selector={"node.kubernetes.io/instance-type": "Standard_ND96isr_MI300X_v5"},
+    )
+    result = intent_of(p)
+    assert (result.gpus, result.model, result.model_memory_mib) == (1, "mi300x", 196608)
+    assert result.source == (
+        "resources:amd.com/gpu",
+        "nodeSelector:node.kubernetes.io/instance-type",
+    )
+
+
+def test_amd_gpu_alone_is_whole_gpus_with_no_model() -> None:
+    result = intent_of(pod(container(requests={"amd.com/gpu": "8"}, limits={"amd.com/gpu": "8"})))
+    assert result == Intent(gpus=Decimal(8), source=("resources:amd.com/gpu",))
+
+
+def test_instance_type_selector_names_the_40gb_a100() -> None:
+    p = pod(
+        container(limits={"nvidia.com/gpu": "8"}),
+        node_selector={"node.kubernetes.io/instance-type": "p4d.24xlarge"},
+    )
+    inference = infer(p)
+    assert inference.intent is not None
+    assert (inference.intent.model, inference.intent.model_memory_mib) == ("a100", 40960)
+    assert inference.warnings == ()
+    (model,) = [r for r in inference.reasons if r.part == "model"]
+    assert model.why.startswith("p4d.24xlarge has 8 x a100 40 GB (nvidia)")
+
+
+def test_instance_types_of_one_gpu_are_no_ambiguity() -> None:
+    affinity = aff_in("node.kubernetes.io/instance-type", "g6e.2xlarge", "g6e.4xlarge")
+    inference = infer(pod(container(limits={"nvidia.com/gpu": "1"}), affinity=affinity))
+    assert inference.intent is not None
+    assert inference.intent.model == "l40s"
+    assert inference.intent.source == (
+        "resources:nvidia.com/gpu",
+        "nodeAffinity:node.kubernetes.io/instance-type",
+    )
+    assert inference.warnings == ()
+
+
+def test_instance_types_of_two_gpus_take_the_first_with_a_warning() -> None:
+    affinity = aff_in("node.kubernetes.io/instance-type", "g6e.2xlarge", "p4d.24xlarge")
+    inference = infer(pod(container(limits={"nvidia.com/gpu": "1"}), affinity=affinity))
+    assert inference.intent is not None and inference.intent.model == "l40s"
+    assert "rule:model-first-listed" in inference.intent.source
+    assert inference.warnings == (
+        "model: chose g6e.2xlarge of g6e.2xlarge,p4d.24xlarge (first listed in nodeAffinity "
+        "instance-type)",
+    )
+
+
+def test_more_gpus_than_the_instance_type_has_is_a_warning() -> None:
+    p = pod(
+        container(limits={"nvidia.com/gpu": "16"}),
+        node_selector={"node.kubernetes.io/instance-type": "p4d.24xlarge"},
+    )
+    assert infer(p).warnings == ("gpus: 16 is more than the 8 GPUs of p4d.24xlarge",)
+
+
+def test_eks_auto_mode_gpu_name_label() -> None:
+    p = pod(
+        container(limits={"nvidia.com/gpu": "1"}),
+        node_selector={"eks.amazonaws.com/instance-gpu-name": "l40s",
+                       "eks.amazonaws.com/compute-type": "auto"},
+    )  # fmt: skip
+    result = intent_of(p)
+    assert result.model == "l40s"
+    assert "nodeSelector:eks.amazonaws.com/instance-gpu-name" in result.source
+
+
+def test_hami_use_gputype_alone_with_whole_gpus_names_the_model() -> None:
+    # Project-HAMi/HAMi examples/nvidia/specify_card_type_to_use.yaml: A100 or V100, 2 GPUs.
+    p = pod(container(limits={"nvidia.com/gpu": 2}),
+            annotations={"nvidia.com/use-gputype": "A100,V100"})  # fmt: skip
+    inference = infer(p)
+    assert inference.intent is not None
+    assert (inference.intent.gpus, inference.intent.model) == (2, "a100")
+    assert inference.intent.source == (
+        "resources:nvidia.com/gpu",
+        "hami:nvidia.com/use-gputype",
+        "rule:model-first-listed",
+    )
+    assert inference.warnings == (
+        "model: chose A100 of A100,V100 (first listed in hami use-gputype)",
+    )
+
+
+def test_hami_nouse_gputype_alone_names_no_model() -> None:
+    # Project-HAMi/HAMi examples/nvidia/specify_card_type_not_use.yaml
+    p = pod(container(limits={"nvidia.com/gpu": 2}),
+            annotations={"nvidia.com/nouse-gputype": "1080,2080"})  # fmt: skip
+    result = intent_of(p)
+    assert (result.gpus, result.model) == (2, None)
+
+
+def test_hami_nouse_gputype_excludes_listed_candidates_as_substrings() -> None:
+    p = pod(
+        container(limits={"nvidia.com/gpu": 1}),
+        annotations={"nvidia.com/nouse-gputype": "T4"},
+        affinity=aff_in("cloud.google.com/gke-accelerator", "nvidia-tesla-t4", "nvidia-l4"),
+    )
+    inference = infer(p)
+    assert inference.intent is not None and inference.intent.model == "l4"
+    assert "hami:nvidia.com/nouse-gputype" in inference.intent.source
+    assert inference.warnings == ()  # one candidate left: nothing ambiguous
+
+
+def test_affinity_not_in_excludes_a_model() -> None:
+    affinity = required_affinity([
+        {"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In", "values": ["t4", "l4"]},
+        {"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "NotIn", "values": ["t4"]},
+    ])  # fmt: skip
+    result = intent_of(pod(container(limits={"nvidia.com/gpu": "1"}), affinity=affinity))
+    assert result.model == "l4"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "model", "memory"),
+    [
+        ("node.kubernetes.io/instance-type", "GN7.2XLARGE32", "t4", 16384),
+        ("node.kubernetes.io/instance-type", "GT4.4XLARGE96", "a100", 40960),
+        ("node.kubernetes.io/instance-type", "PNV4.7XLARGE116", "a10", 24576),
+        ("karpenter.k8s.tke/instance-family", "GN10Xp", "v100", 32768),
+    ],
+)
+def test_tencent_tke_gpu_families(key: str, value: str, model: str, memory: int) -> None:
+    result = intent_of(pod(container(limits={"nvidia.com/gpu": "1"}), node_selector={key: value}))
+    assert (result.model, result.model_memory_mib) == (model, memory)
+
+
+@pytest.mark.parametrize(
+    ("product", "memory"),
+    [("NVIDIA-A100-SXM4-80GB", 81920), ("nvidia-a100-80gb", 81920), ("A100-SXM4-80GB", 81920),
+     ("NVIDIA-A100-SXM4-40GB", 40960), ("nvidia-tesla-a100", 40960)],
+)  # fmt: skip
+def test_memory_variants_stay_apart(product: str, memory: int) -> None:
+    key = "cloud.google.com/gke-accelerator" if product.startswith("nvidia-") else \
+        "nvidia.com/gpu.product"  # fmt: skip
+    result = intent_of(pod(container(limits={"nvidia.com/gpu": "1"}), node_selector={key: product}))
+    assert (result.model, result.model_memory_mib) == ("a100", memory)
+    assert result.to_annotations()["gpu-intent.io/model-memory"] == str(memory)
+
+
+def test_mig_slice_product_is_a_seventh_of_the_40gb_a100() -> None:
+    p = pod(
+        container(limits={"nvidia.com/gpu": "1"}),
+        node_selector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"},
+    )
+    result = intent_of(p)
+    assert (result.model, result.model_memory_mib) == ("a100", 40960)
+    assert result.gpus == Decimal("0.142858")  # 1/7 rounded up to a millionth
+    assert "mig:1g.5gb" in result.source
+
+
+def test_memory_the_pod_states_picks_the_model_that_fits() -> None:
+    p = pod(
+        annotations={"gpu-memory": "30000"},
+        affinity=aff_in("karpenter.k8s.aws/instance-gpu-name", "l4", "l40s"),
+    )
+    inference = infer(p)
+    assert inference.intent is not None and inference.intent.model == "l40s"  # l4: 22888 MiB
+    assert "rule:model-memory-fits" in inference.intent.source
+    assert inference.warnings == (
+        "model: chose l40s of l4,l40s (first with 30000 MiB in nodeAffinity instance-gpu-name)",
+    )
+
+
+# --- a part that does not parse costs only that part ---------------------------------------
+
+
+def test_product_name_with_spaces_is_normalized() -> None:
+    p = pod(container(limits={"nvidia.com/gpu": "1"}),
+            node_selector={"nvidia.com/gpu.product": "NVIDIA GeForce RTX 3090"})  # fmt: skip
+    inference = infer(p)
+    assert inference.intent is not None and inference.intent.model == "rtx-3090"
+    assert inference.warnings == ()
+
+
+def test_unsubstituted_placeholder_is_left_out_and_the_rest_stands() -> None:
+    p = pod(
+        labels={"tensor-fusion.ai/enabled": "true"},
+        annotations={"tensor-fusion.ai/gpu-model": "${GPU_TYPE}",
+                     "tensor-fusion.ai/vram-request": "10Gi"},
+    )  # fmt: skip
+    inference = infer(p)
+    assert inference.intent is not None
+    assert (inference.intent.gpus, inference.intent.model) == (1, None)
+    assert inference.intent.gpu_memory_mib == 10240
+    assert inference.warnings == (
+        "model: tensor-fusion:tensor-fusion.ai/gpu-model '${GPU_TYPE}' is an unsubstituted "
+        "placeholder; left out",
+    )
+
+
+def test_unknown_model_is_used_as_a_label_value_with_a_warning() -> None:
+    p = pod(container(limits={"nvidia.com/gpu": "1"}),
+            node_selector={"accelerator": "Quadro RTX 8000!"})  # fmt: skip
+    inference = infer(p)
+    assert inference.intent is not None and inference.intent.model == "quadro-rtx-8000"
+    assert inference.warnings == (
+        "model: nodeSelector:accelerator 'Quadro RTX 8000!' is not in the GPU catalog; used as "
+        "quadro-rtx-8000",
+    )
+
+
+def test_pool_that_is_not_a_nodepool_name_is_left_out() -> None:
+    p = pod(annotations={"tensor-fusion.ai/gpu-count": "1", "tensor-fusion.ai/gpupool": "Pool_A"})
+    inference = infer(p)
+    assert inference.intent is not None and inference.intent.pool is None
+    assert inference.warnings == (
+        "pool: tensor-fusion:tensor-fusion.ai/gpupool 'Pool_A' is not a NodePool name; left out",
+    )
+
+
+def test_broken_sharing_layer_falls_back_to_the_whole_gpu_request() -> None:
+    res = {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150"}
+    inference = infer(pod(container(limits=res)))
+    assert inference.intent == Intent(gpus=Decimal(1), source=("resources:nvidia.com/gpu",))
+    (warning,) = inference.warnings
+    assert warning.startswith("hami ignored: ") and "gpucores" in warning
+
+
+def test_nodepool_in_list_takes_the_first_with_a_warning() -> None:
+    affinity = aff_in("karpenter.sh/nodepool", "gpu-a", "gpu-b")
+    inference = infer(pod(container(limits={"nvidia.com/gpu": "1"}), affinity=affinity))
+    assert inference.intent is not None and inference.intent.pool == "gpu-a"
+    assert "rule:pool-first-listed" in inference.intent.source
+    assert inference.warnings == ("pool: chose gpu-a of gpu-a,gpu-b (first listed in nodeAffinity nodepool)",)
+
+
+def test_sharing_layers_that_disagree_keep_the_first_with_a_warning() -> None:
+    p = pod(annotations={"gpu-fraction": "0.5", "tensor-fusion.ai/compute-percent-request": "20"})
+    inference = infer(p)
+    assert inference.intent is not None and inference.intent.gpus == Decimal("0.5")
+    assert "rule:gpus-earlier-source" in inference.intent.source
+    assert inference.warnings == (
+        "gpus: kept 0.5 (kai gpu-fraction), not 0.2 (tensor-fusion compute-percent-request)",
+    )
+
+
+# --- user annotations -----------------------------------------------------------------------
+
+
+def test_user_gpus_win_and_are_recorded() -> None:
+    p = pod(container(limits={"nvidia.com/gpu": "1"}), annotations={"gpu-intent.io/gpus": "0.25"})
+    inference = infer(p)
+    assert inference.intent is not None
+    assert inference.intent.gpus == Decimal("0.25")
+    assert inference.intent.source == ("user:gpu-intent.io/gpus",)
+    assert inference.warnings == (
+        "gpus: kept your 0.25 (gpu-intent.io/gpus), not 1 (resources gpu)",
+    )
+
+
+def test_user_gpus_alone_make_a_gpu_pod() -> None:
+    result = intent_of(pod(annotations={"gpu-intent.io/gpus": "0.25"}))
+    assert result == Intent(gpus=Decimal("0.25"), source=("user:gpu-intent.io/gpus",))
+
+
+def test_user_model_is_normalized_through_the_catalog_and_wins() -> None:
+    p = pod(
+        container(limits={"nvidia.com/gpu": "1"}),
+        annotations={"gpu-intent.io/model": "A100-SXM4-80GB"},
+        node_selector={"karpenter.k8s.aws/instance-gpu-name": "a100"},
+    )
+    result = intent_of(p)
+    assert (result.model, result.model_memory_mib) == ("a100", 81920)
+    assert result.source[1:] == (
+        "user:gpu-intent.io/model",
+        "nodeSelector:karpenter.k8s.aws/instance-gpu-name",
+    )
+
+
+@pytest.mark.parametrize(
+    ("annotations", "warning"),
+    [
+        ({"gpu-intent.io/gpus": "-1"}, "gpu-intent.io/gpus: '-1' is not a GPU count"),
+        ({"gpu-intent.io/pool": "Not A Pool"}, "pool: user:gpu-intent.io/pool 'Not A Pool' is not"),
+        ({"gpu-intent.io/gpu-memory": "lots"}, "gpu-intent.io/gpu-memory: 'lots' is not a MiB count"),
+        ({"gpu-intent.io/model": "${MODEL}"}, "model: user:gpu-intent.io/model '${MODEL}' is an"),
+    ],
+)
+def test_invalid_user_annotations_are_ignored_with_a_warning(
+    annotations: dict[str, str], warning: str
+) -> None:
+    inference = infer(pod(container(limits={"nvidia.com/gpu": "1"}), annotations=annotations))
+    assert inference.intent is not None and inference.intent.gpus == 1
+    assert any(w.startswith(warning) for w in inference.warnings), inference.warnings
+
+
+def test_user_gpu_memory_quantity_is_read_as_mib() -> None:
+    p = pod(container(limits={"nvidia.com/gpu": "1"}), annotations={"gpu-intent.io/gpu-memory": "20Gi"})
+    inference = infer(p)
+    assert inference.intent is not None and inference.intent.gpu_memory_mib == 20480
+    assert inference.warnings == ("gpu-intent.io/gpu-memory: '20Gi' read as 20480 MiB",)
+
+
+def test_every_warning_fits_120_characters_with_the_prefix() -> None:
+    long = "x" * 300
+    p = pod(
+        container(limits={"nvidia.com/gpu": "1"}),
+        annotations={"tensor-fusion.ai/gpu-model": "${" + long + "}", "gpu-intent.io/pool": long},
+        node_selector={"accelerator": long},
+    )
+    inference = infer(p)
+    assert len(inference.warnings) >= 3
+    assert all(len("gpu-intent: " + w) <= 120 for w in inference.warnings)

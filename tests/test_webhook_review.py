@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,8 @@ EXPECTED: dict[str, dict[str, str]] = {
         "gpu-intent.io/model": "a100",
         "gpu-intent.io/gpu-memory": "3000",
         "gpu-intent.io/source": (
-            "hami:nvidia.com/gpumem,hami:nvidia.com/gpucores,hami:nvidia.com/use-gputype"
+            "hami:nvidia.com/gpumem,hami:nvidia.com/gpucores,hami:nvidia.com/use-gputype,"
+            "rule:model-first-listed"
         ),
     },
     "03-kai-fraction-no-resources.json": {
@@ -124,7 +126,8 @@ def test_fixture_patch_applies_and_gives_the_annotations(name: str) -> None:
     assert response["kind"] == "AdmissionReview"
     assert response["response"]["uid"] == body["request"]["uid"]
     assert response["response"]["allowed"] is True
-    assert "warnings" not in response["response"]
+    # only the HAMi pod's use-gputype list (A100,H100) is an ambiguity worth a warning
+    assert ("warnings" in response["response"]) == (name == "02-hami-gpumem-annotated.json")
     patched = apply(response, pod)
     assert patched["metadata"]["annotations"] == EXPECTED[name]
     assert pod == original  # review() did not touch its input
@@ -246,8 +249,13 @@ def test_not_a_pod_create_is_untouched(request_fields: dict[str, Any]) -> None:
     assert_unpatched(admission.response)
 
 
+def fraction_pod(metadata: dict[str, Any]) -> dict[str, Any]:
+    """A KAI-style pod: GPU demand only through annotations, no GPU resource."""
+    return {**gpu_pod(metadata), "spec": {"containers": [{"name": "c"}]}}
+
+
 def test_uninferable_pod_is_allowed_with_a_warning() -> None:
-    pod = gpu_pod({"name": "p", "annotations": {"gpu-fraction": "abc"}})
+    pod = fraction_pod({"name": "p", "annotations": {"gpu-fraction": "abc"}})
     admission = admit(make_review(pod))
     assert admission.outcome == "error_object"
     assert_unpatched(admission.response)
@@ -256,8 +264,49 @@ def test_uninferable_pod_is_allowed_with_a_warning() -> None:
     assert "gpu-fraction" in warning and "'abc'" in warning
 
 
+def test_a_broken_part_costs_only_that_part_and_is_a_warning() -> None:
+    # gpu-fraction does not parse, but the pod asks for one whole nvidia.com/gpu: the
+    # intent stands on that, and the user is told what was ignored (at most 120 chars).
+    pod = gpu_pod({"name": "p", "annotations": {"gpu-fraction": "abc"}})
+    admission = admit(make_review(pod))
+    assert admission.outcome == "patched"
+    assert admission.intent is not None and admission.intent.gpus == 1
+    (warning,) = admission.response["response"]["warnings"]
+    assert warning.startswith("gpu-intent: kai ignored: ")
+    assert len(warning) <= 120
+
+
+def test_ambiguity_is_a_response_warning_and_a_rule_token() -> None:
+    body = load("02-hami-gpumem-annotated.json")  # use-gputype: "A100,H100"
+    response = review(body)
+    assert response["response"]["warnings"] == [
+        "gpu-intent: model: chose A100 of A100,H100 (first listed in hami use-gputype)"
+    ]
+    assert all(len(w) <= 120 for w in response["response"]["warnings"])
+
+
+def test_users_gpus_annotation_is_kept_not_replaced() -> None:
+    pod = gpu_pod({"name": "p", "annotations": {"gpu-intent.io/gpus": "0.25"}})
+    admission = admit(make_review(pod))
+    assert admission.intent is not None and admission.intent.gpus == Decimal("0.25")
+    ops = decode_patch(admission.response)
+    assert not any(op["path"].endswith("gpu-intent.io~1gpus") for op in ops)
+    (warning,) = admission.response["response"]["warnings"]
+    assert warning == "gpu-intent: gpus: kept your 0.25 (gpu-intent.io/gpus), not 1 (resources gpu)"
+
+
+def test_users_invalid_gpus_annotation_is_replaced_with_a_warning() -> None:
+    pod = gpu_pod({"name": "p", "annotations": {"gpu-intent.io/gpus": "lots"}})
+    admission = admit(make_review(pod))
+    assert admission.intent is not None and admission.intent.gpus == 1
+    assert [op["op"] for op in decode_patch(admission.response)
+            if op["path"].endswith("gpu-intent.io~1gpus")] == ["replace"]  # fmt: skip
+    (warning,) = admission.response["response"]["warnings"]
+    assert "gpu-intent.io/gpus: 'lots' is not a GPU count" in warning
+
+
 def test_warning_is_one_short_line() -> None:
-    pod = gpu_pod({"name": "p", "annotations": {"gpu-fraction": "x\n" * 500}})
+    pod = fraction_pod({"name": "p", "annotations": {"gpu-fraction": "x\n" * 500}})
     (warning,) = review(make_review(pod))["response"]["warnings"]
     assert len(warning) <= MAX_WARNING
     assert "\n" not in warning

@@ -1,551 +1,674 @@
 """Infer a pod's GPU `Intent` from the fields GPU-sharing layers and Kubernetes define.
 
-A purely computational module: no I/O, no awaits. The webhook calls `infer_intent` on the
-pod of an AdmissionReview; the side effects (the JSON patch) happen in
-`webhook.review`.
+A purely computational module: no I/O, no awaits. The webhook calls `infer` on the pod of
+an AdmissionReview (the JSON patch is `webhook.review`'s business); ``gpu-intent explain``
+calls the same function on the pod templates of manifests. The GPU facts (model names,
+memory variants, instance types) come from the `gpu_intent.catalog` loaded at start.
 
-Where demand comes from, first match wins (every fact names its source):
+**Demand** (``gpus``), first source that gives one wins (every fact names its source):
 
+0. The user's ``gpu-intent.io/gpus`` annotation, when it is a valid value.
 1. **HAMi** (Project-HAMi/HAMi), when any container has ``nvidia.com/gpumem`` (MiB per
    vGPU), ``nvidia.com/gpumem-percentage`` (0-100) or ``nvidia.com/gpucores`` (percent):
-   per container, one vGPU (HAMi's webhook defaults the count to 1) is the share of one
-   GPU it takes; ``nvidia.com/gpu: N`` >= 2 vGPUs are N whole GPUs, since HAMi puts each
-   vGPU of a container on a different physical GPU. GPU model from the pod annotation
-   ``nvidia.com/use-gputype`` (comma list; the first entry).
-2. **KAI-Scheduler** (kai-scheduler/KAI-Scheduler), pod annotations ``gpu-fraction``
-   (0 < f <= 1), ``gpu-memory`` (MiB): one device is that fraction of a GPU;
-   ``gpu-fraction-num-devices: N`` >= 2 is N whole GPUs (N distinct devices).
-3. **tensor-fusion** (NexusGPU/tensor-fusion), pod label ``tensor-fusion.ai/enabled`` or
-   its ``tensor-fusion.ai/*`` request annotations: one GPU is the compute share;
-   ``tensor-fusion.ai/gpu-count: N`` >= 2 is N whole GPUs (N distinct GPUs of one node).
-4. **Whole GPUs**: the pod's ``nvidia.com/gpu`` request (Kubernetes extended resource).
+   one vGPU is the share of one GPU it takes; ``nvidia.com/gpu: N`` >= 2 vGPUs are N whole
+   GPUs, since HAMi puts each vGPU of a container on a different physical GPU.
+2. **KAI-Scheduler** pod annotations ``gpu-fraction``, ``gpu-memory``,
+   ``gpu-fraction-num-devices`` (N >= 2 devices: N whole GPUs).
+3. **tensor-fusion** label ``tensor-fusion.ai/enabled`` or its request annotations
+   (``gpu-count`` N >= 2: N whole GPUs).
+4. **Whole devices**: the pod's ``nvidia.com/gpu`` request, else its ``amd.com/gpu``
+   request (Kubernetes extended resources; AMD's device plugin, ROCm/k8s-device-plugin).
 
-A sharing layer that spreads a request over N >= 2 devices needs N distinct GPUs, whatever
-the share on each: a trigger asking for ``N x share`` GPUs would buy a node with too few
-cards. ``gpu-memory`` stays MiB per GPU (per device), never multiplied by N.
+A sharing layer whose fields do not parse is skipped with a warning and the next source
+is tried (HAMi ``gpucores: 150`` on ``nvidia.com/gpu: 1`` is still one GPU); only when
+no source gives demand does the error stand (`IntentError`).
 
-A model or NodePool the sharing layer does not name is taken from the pod's scheduling
-constraints (`MODEL_LABELS`, `NODEPOOL_LABEL`); an explicit NodePool constraint is a
-hard requirement, so it wins over a sharing layer's pool.
+**Model**: every source that names a GPU is read, and the model is the first candidate
+that all of them allow: the user's ``gpu-intent.io/model``; node constraints
+(``nodeSelector``, then required node affinity ``In``) on a GPU-name label
+(`MODEL_LABELS`), an instance type (`INSTANCE_TYPE_LABELS`, through the catalog's
+per-provider tables and, for TKE, families) or an instance family (`FAMILY_LABELS`);
+then HAMi ``nvidia.com/use-gputype`` and tensor-fusion ``gpu-model``. HAMi
+``nvidia.com/nouse-gputype`` and node affinity ``NotIn`` exclude candidates. When sources
+disagree, the earlier one in that list wins (a node the pod's constraints refuse can never
+run it); when several candidates remain (an ``In`` list), the first listed that has the
+GPU memory the pod states wins. Each such choice is a warning and a ``rule:`` source token.
+
+**Pool**: the user's ``gpu-intent.io/pool``, ``karpenter.sh/nodepool`` in nodeSelector or
+required affinity, then tensor-fusion's ``gpupool``; **gpu-memory**: the user's
+``gpu-intent.io/gpu-memory``, else the sharing layer's. A part that does not parse (a model
+that is not a label value, an unsubstituted ``${GPU_TYPE}``) is normalized or left out with
+a warning; the rest of the intent stands.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from decimal import ROUND_CEILING, Decimal, InvalidOperation, localcontext
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from decimal import ROUND_CEILING, Decimal, localcontext
 from typing import Any, Final
 
-from gpu_intent.intent import MAX_GPUS, Intent, IntentError
-from gpu_intent.quantity import parse_quantity, to_mib
+from gpu_intent.catalog import Catalog, GpuMatch, active_catalog, normalize
+from gpu_intent.intent import (
+    ANNOTATION_GPU_MEMORY,
+    ANNOTATION_GPUS,
+    ANNOTATION_MODEL,
+    ANNOTATION_POOL,
+    MAX_GPUS,
+    Intent,
+    IntentError,
+    format_gpus,
+    is_label_value,
+    is_pool_name,
+    parse_gpus,
+)
+from gpu_intent.quantity import to_mib
+from webhook.demand import (
+    GPU_RESOURCE,
+    HAMI_NOUSE_GPUTYPE,
+    HAMI_USE_GPUTYPE,
+    MAX_WARNING,
+    TF_GPU_MODEL,
+    TF_GPUPOOL,
+    as_mapping,
+    brief,
+    read_demand,
+    short,
+    show,
+)
 
 __all__ = [
-    "KNOWN_MODELS",
+    "FAMILY_LABELS",
+    "INSTANCE_TYPE_LABELS",
+    "MAX_WARNING",
     "MODEL_LABELS",
     "NODEPOOL_LABEL",
+    "Inference",
+    "Reason",
     "canonical_model",
+    "infer",
     "infer_intent",
 ]
 
-GPU_RESOURCE: Final = "nvidia.com/gpu"
-HAMI_GPUMEM: Final = "nvidia.com/gpumem"
-HAMI_GPUMEM_PERCENTAGE: Final = "nvidia.com/gpumem-percentage"
-HAMI_GPUCORES: Final = "nvidia.com/gpucores"
-HAMI_USE_GPUTYPE: Final = "nvidia.com/use-gputype"
-_HAMI_RESOURCES: Final = (HAMI_GPUMEM, HAMI_GPUMEM_PERCENTAGE, HAMI_GPUCORES)
-
-KAI_GPU_FRACTION: Final = "gpu-fraction"
-KAI_GPU_MEMORY: Final = "gpu-memory"
-KAI_NUM_DEVICES: Final = "gpu-fraction-num-devices"
-#: GPUs one device's worth of a memory-only KAI request counts as: node-scale-adjuster's
-#: GPUMemoryToFractionRatio default (kai-scheduler/KAI-Scheduler PR #425).
-KAI_MEMORY_FRACTION: Final = Decimal("0.1")
-
-TF_ENABLED_LABEL: Final = "tensor-fusion.ai/enabled"
-TF_GPU_MODEL: Final = "tensor-fusion.ai/gpu-model"
-TF_GPU_COUNT: Final = "tensor-fusion.ai/gpu-count"
-TF_VRAM_REQUEST: Final = "tensor-fusion.ai/vram-request"
-TF_TFLOPS_REQUEST: Final = "tensor-fusion.ai/tflops-request"
-TF_COMPUTE_PERCENT: Final = "tensor-fusion.ai/compute-percent-request"
-TF_GPUPOOL: Final = ("tensor-fusion.ai/gpupool", "tensor-fusion.ai/gpu-pool")
-_TF_ANNOTATIONS: Final = (
-    TF_GPU_MODEL, TF_GPU_COUNT, TF_VRAM_REQUEST, TF_TFLOPS_REQUEST, TF_COMPUTE_PERCENT,
-)  # fmt: skip
-
 #: Node label keys whose value names the GPU model, in order of preference (REFERENCE §2:
 #: Karpenter AWS, Azure, GCP and Alibaba providers, GKE, NVIDIA GPU Feature Discovery, the
-#: plain-cluster ``accelerator`` convention).
+#: plain-cluster ``accelerator`` convention; EKS Auto Mode's ``eks.amazonaws.com/
+#: instance-gpu-name``, same values as Karpenter AWS (AWS EKS user guide, "Create a Node
+#: Pool for EKS Auto Mode", supported labels); AMD's node labeller ``amd.com/
+#: gpu.product-name`` and its legacy ``beta.`` key (ROCm/k8s-device-plugin)).
 MODEL_LABELS: Final = (
     "karpenter.k8s.aws/instance-gpu-name",
+    "eks.amazonaws.com/instance-gpu-name",
     "karpenter.azure.com/sku-gpu-name",
     "karpenter.k8s.gcp/instance-gpu-name",
     "karpenter.k8s.alicloud/instance-gpu-name",
     "cloud.google.com/gke-accelerator",
     "nvidia.com/gpu.product",
+    "amd.com/gpu.product-name",
+    "beta.amd.com/gpu.product-name",
     "accelerator",
+)
+#: Well-known instance type labels (kubernetes.io, "Well-Known Labels"): the catalog says
+#: which GPUs each type has (TKE: by family, the part before the dot).
+INSTANCE_TYPE_LABELS: Final = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
+#: Instance family labels: Karpenter AWS, EKS Auto Mode, Karpenter TKE (REFERENCE §2).
+FAMILY_LABELS: Final = (
+    "karpenter.k8s.aws/instance-family",
+    "eks.amazonaws.com/instance-family",
+    "karpenter.k8s.tke/instance-family",
 )
 #: Karpenter core's NodePool label (kubernetes-sigs/karpenter).
 NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
 
-#: Canonical model names, spelled as Karpenter AWS's ``instance-gpu-name`` label spells them.
-KNOWN_MODELS: Final = (
-    "t4", "a10g", "a10", "l4", "l40s", "l40", "a30", "a40", "a100",
-    "v100", "h100", "h200", "b200", "gb200",
-)  # fmt: skip
-_BY_LENGTH: Final = tuple(sorted(KNOWN_MODELS, key=len, reverse=True))
-_TOKEN_SPLIT: Final = re.compile(r"[-_\s]+")
-_VENDOR_PREFIXES: Final = ("nvidia-", "tesla-")
-
 #: ``gpus`` is rounded up to this step, so a ``1/3`` fraction stays a short annotation.
 GPU_STEP: Final = Decimal("0.000001")
-
-_PerContainer = Callable[[Mapping[str, Any], str], Decimal]
-
-
-def _show(value: object) -> str:
-    """A short repr of a user-supplied value for an error message."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+_VENDOR_PREFIXES: Final = ("nvidia-", "tesla-", "amd-")
+_INVALID_LABEL_CHARS: Final = re.compile(r"[^a-z0-9._-]+")
+_PLACEHOLDER: Final = re.compile(r"\$\{|\{\{|\$\(|<|>")
 
 
-def canonical_model(raw: str) -> str | None:
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """Why one part of the intent is what it is, for ``gpu-intent explain``.
+
+    Attributes:
+        part: ``gpus``, ``model``, ``model-memory``, ``gpu-memory`` or ``pool`` (the
+            annotation name under ``gpu-intent.io/``).
+        value: the annotation value written, ``""`` when the part is left out.
+        source: the source tokens behind it, comma-joined (``""`` when none).
+        why: one sentence of reasoning, naming the fact's origin.
+    """
+
+    part: str
+    value: str
+    source: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Inference:
+    """The outcome of `infer`.
+
+    Attributes:
+        intent: the intent, or None for a pod that asks for no GPU.
+        reasons: why each part is what it is (also for parts left out).
+        warnings: what a user should know (a part left out or normalized, an ambiguity
+            resolved by rule), each at most `MAX_WARNING` characters.
+    """
+
+    intent: Intent | None
+    reasons: tuple[Reason, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def canonical_model(raw: str, catalog: Catalog | None = None) -> str | None:
     """Canonical lowercase GPU model for a label or annotation value, or None if empty.
 
-    Matches the `KNOWN_MODELS` as whole tokens separated by ``-``, ``_`` or whitespace,
-    longest name first, case-insensitively: ``"NVIDIA-A100-SXM4-80GB"`` -> ``"a100"``,
-    ``"Tesla-T4"`` / ``"nvidia-tesla-t4"`` / ``"T4"`` -> ``"t4"``, ``"L40S"`` -> ``"l40s"``.
-    Formats: REFERENCE §2 (Karpenter providers, GKE, NVIDIA GPU Feature Discovery).
-    An unknown name flows through lowercased, with leading ``nvidia-`` / ``tesla-``
-    stripped (``"NVIDIA-RTX-4090"`` -> ``"rtx-4090"``).
+    Through the catalog (`gpu_intent.catalog.Catalog.lookup`): ``"NVIDIA-A100-SXM4-80GB"``
+    -> ``"a100"``, ``"Tesla-T4"`` / ``"nvidia-tesla-t4"`` / ``"T4"`` -> ``"t4"``. An
+    unknown name flows through lowercased, with leading ``nvidia-`` / ``tesla-`` stripped
+    (``"NVIDIA-RTX-5000"`` -> ``"rtx-5000"``); it need not be a valid label value here
+    (`infer` checks that).
     """
     text = raw.strip().lower()
     if not text:
         return None
-    tokens = set(_TOKEN_SPLIT.split(text))
-    for name in _BY_LENGTH:
-        if name in tokens:
-            return name
-    for prefix in _VENDOR_PREFIXES:
+    found = (catalog or active_catalog()).lookup(text)
+    if found is not None:
+        return found.model
+    for prefix in _VENDOR_PREFIXES[:2]:
         if text.startswith(prefix) and len(text) > len(prefix):
             text = text[len(prefix) :]
     return text
 
 
-@dataclass(frozen=True, slots=True)
-class _Demand:
-    """What a sharing layer (or the whole-GPU request) says, before constraints merge in."""
-
-    gpus: Decimal
-    source: tuple[str, ...]
-    model: str | None = None
-    model_source: str | None = None
-    pool: str | None = None
-    pool_source: str | None = None
-    gpu_memory_mib: int | None = None
+# --- node constraints ------------------------------------------------------------------
 
 
-def _mapping(value: object, field: str) -> Mapping[str, Any]:
-    """``value`` as a mapping; None (JSON null or absent) is an empty one."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise IntentError(f"{field} must be an object, got {type(value).__name__}")
-    return value
+@dataclass
+class _Constraints:
+    """The pod's hard node constraints: nodeSelector and required node affinity."""
+
+    selector: dict[str, str] = field(default_factory=dict)
+    in_values: dict[str, list[str]] = field(default_factory=dict)
+    not_in: dict[str, list[str]] = field(default_factory=dict)
 
 
-def _string(value: object, field: str) -> str:
-    if not isinstance(value, str):
-        raise IntentError(f"{field} must be a string, got {_show(value)}")
-    return value
-
-
-def _containers(spec: Mapping[str, Any], kind: str) -> list[tuple[str, Mapping[str, Any]]]:
-    """``(field path, container)`` for ``spec[kind]`` (``containers``/``initContainers``)."""
-    raw = spec.get(kind)
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise IntentError(f"spec.{kind} must be a list, got {type(raw).__name__}")
-    return [(f"spec.{kind}[{i}]", _mapping(c, f"spec.{kind}[{i}]")) for i, c in enumerate(raw)]
-
-
-def _resources(container: Mapping[str, Any], path: str) -> dict[str, tuple[str, object]]:
-    """Effective resources of one container: ``{key: (field path, raw quantity)}``.
-
-    Requests, falling back to limits for a key absent from requests: Kubernetes defaults
-    an extended resource's request to its limit (kubernetes/kubernetes, core/v1 defaults).
-    """
-    resources = _mapping(container.get("resources"), f"{path}.resources")
-    out: dict[str, tuple[str, object]] = {}
-    for where in ("limits", "requests"):  # requests overwrite limits
-        for key, raw in _mapping(resources.get(where), f"{path}.resources.{where}").items():
-            out[key] = (f"{path}.resources.{where}[{key!r}]", raw)
+def _constraints(spec: Mapping[str, Any], warnings: list[str]) -> _Constraints:
+    """``spec.nodeSelector`` and the ``In``/``NotIn`` expressions of ``spec.affinity.
+    nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms``
+    (values of a key in term order). A malformed part is skipped with a warning."""
+    out = _Constraints()
+    selector = spec.get("nodeSelector")
+    if isinstance(selector, Mapping):
+        out.selector = {k: v.strip() for k, v in selector.items()
+                        if isinstance(k, str) and isinstance(v, str) and v.strip()}  # fmt: skip
+    elif selector is not None:
+        warnings.append(short("spec.nodeSelector is not an object; ignored"))
+    path = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    affinity = spec.get("affinity")
+    node = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    required = node.get(path.rsplit(".", 1)[1]) if isinstance(node, Mapping) else None
+    if required is None:
+        return out
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    if not isinstance(terms, list):
+        warnings.append(short(f"{path}.nodeSelectorTerms is not a list; ignored"))
+        return out
+    for term in terms:
+        exprs = term.get("matchExpressions") if isinstance(term, Mapping) else None
+        for expr in exprs if isinstance(exprs, list) else ():
+            if not isinstance(expr, Mapping) or not isinstance(expr.get("key"), str):
+                continue
+            values = expr.get("values")
+            values = [v.strip() for v in values if isinstance(v, str) and v.strip()] \
+                if isinstance(values, list) else []  # fmt: skip
+            target = {"In": out.in_values, "NotIn": out.not_in}.get(str(expr.get("operator")))
+            if target is not None and values:
+                target.setdefault(expr["key"], []).extend(values)
     return out
 
 
-def _quantity(res: Mapping[str, tuple[str, object]], key: str) -> tuple[str, Decimal] | None:
-    """``(field path, value)`` of resource ``key`` (a non-negative quantity), or None."""
-    if key not in res:
-        return None
-    field, raw = res[key]
-    if not isinstance(raw, str | int | float):
-        raise IntentError(f"{field}: {_show(raw)} is not a quantity")
-    value = parse_quantity(raw, field)
-    if value < 0:
-        raise IntentError(f"{field}: {_show(raw)} must not be negative")
-    return field, value
+# --- the model ---------------------------------------------------------------------------
 
 
-def _pod_total(spec: Mapping[str, Any], per_container: _PerContainer) -> Decimal:
-    """The pod's effective demand for one resource, as the kube-scheduler computes it.
+@dataclass(frozen=True, slots=True)
+class _Named:
+    """One GPU a source names, with the value that named it."""
 
-    ``max(sum(containers) + sum(sidecars), max over init containers of (init + sidecars
-    started before it))``, sidecars being init containers with ``restartPolicy: Always``
-    (kubernetes/kubernetes component-helpers ``resource.PodRequests``, KEP-753). Without
-    sidecars this is ``max(sum(containers), max(initContainers))``.
-    """
-    sidecars = Decimal(0)
-    init_peak = Decimal(0)
-    for path, container in _containers(spec, "initContainers"):
-        value = per_container(container, path)
-        if container.get("restartPolicy") == "Always":
-            sidecars += value
-            init_peak = max(init_peak, sidecars)
-        else:
-            init_peak = max(init_peak, value + sidecars)
-    regular = sum((per_container(c, p) for p, c in _containers(spec, "containers")), Decimal(0))
-    return max(regular + sidecars, init_peak)
+    match: GpuMatch
+    raw: str
+    count: int | None = None  # GPUs per instance, when an instance type named it
+    instance: str | None = None
+    note: str = ""
 
-
-def _all_containers(spec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    return _containers(spec, "initContainers") + _containers(spec, "containers")
-
-
-def _percent_share(res: Mapping[str, tuple[str, object]], key: str) -> Decimal | None:
-    """Resource ``key``, a 0-100 percent, as a share of one GPU; None if absent or 0."""
-    found = _quantity(res, key)
-    if found is None or found[1] == 0:
-        return None
-    field, value = found
-    if value > 100:
-        raise IntentError(f"{field}: {value} is not a percentage (0-100)")
-    return value / 100
-
-
-def _hami(spec: Mapping[str, Any], annotations: Mapping[str, Any]) -> _Demand | None:
-    """HAMi demand (Project-HAMi/HAMi): container resources, summed like the scheduler does.
-
-    Per container, in GPUs:
-
-    - ``nvidia.com/gpu`` is the container's vGPU count, 1 when absent (HAMi's webhook sets
-      ``defaultGPUNum``, 1: ``mutateContainerResource`` in pkg/device/nvidia/device.go).
-    - One vGPU is the share of one GPU it takes: the largest of ``nvidia.com/gpucores``/100
-      and ``nvidia.com/gpumem-percentage``/100, or 1 when neither is given
-      (``nvidia.com/gpumem`` MiB cannot become a share without knowing the GPU's memory).
-    - N >= 2 vGPUs are N whole GPUs: HAMi's ``Fit`` (pkg/device/nvidia/device.go) takes at
-      most one vGPU from each physical GPU of the node for a container (``k.Nums--`` once
-      per device), so the N vGPUs land on N distinct GPUs; the HAMi examples say so
-      (examples/nvidia/use_memory_fraction.yaml: "how many physical GPUs the pod needs",
-      examples/nvidia/vllm_cross_vgpu.yaml: 2 vGPUs for tensor parallel workers). The
-      source then names ``hami:nvidia.com/gpu`` when a share was given, as the count, not
-      the share, decided the GPUs.
-
-    ``gpu_memory_mib`` is the largest ``nvidia.com/gpumem`` (MiB per vGPU, hence per
-    physical GPU) of any container.
-    """
-    containers = _all_containers(spec)
-    if not any(k in _resources(c, p) for p, c in containers for k in _HAMI_RESOURCES):
-        return None
-    used: set[str] = set()
-    memory: int | None = None
-
-    def per_container(container: Mapping[str, Any], path: str) -> Decimal:
-        nonlocal memory
-        res = _resources(container, path)
-        if not any(k in res for k in (GPU_RESOURCE, *_HAMI_RESOURCES)):
-            return Decimal(0)
-        found = _quantity(res, GPU_RESOURCE)
-        count = Decimal(1) if found is None else found[1]
-        shares: list[Decimal] = []
-        for key in (HAMI_GPUCORES, HAMI_GPUMEM_PERCENTAGE):
-            share = _percent_share(res, key)
-            if share is not None:
-                shares.append(share)
-                used.add(key)
-        found = _quantity(res, HAMI_GPUMEM)
-        if found is not None and found[1] > 0:
-            mib = int(found[1].to_integral_value(rounding=ROUND_CEILING))  # already MiB
-            used.add(HAMI_GPUMEM)
-            memory = max(memory or 0, mib)
-        if count >= 2:  # one vGPU per physical GPU: N distinct GPUs, whole
-            if shares:
-                used.add(GPU_RESOURCE)
-            return count
-        return count * max(shares, default=Decimal(1))
-
-    gpus = _pod_total(spec, per_container)
-    if gpus <= 0:
-        return None
-    source = tuple(f"hami:{key}" for key in (GPU_RESOURCE, *_HAMI_RESOURCES) if key in used)
-    model, model_source = None, None
-    raw_types = annotations.get(HAMI_USE_GPUTYPE)
-    if raw_types is not None:
-        field = f"metadata.annotations[{HAMI_USE_GPUTYPE!r}]"
-        entries = [e for e in _string(raw_types, field).split(",") if e.strip()]
-        if entries:
-            model, model_source = canonical_model(entries[0]), f"hami:{HAMI_USE_GPUTYPE}"
-    return _Demand(
-        gpus=gpus,
-        source=source or (f"hami:{GPU_RESOURCE}",),
-        model=model,
-        model_source=model_source,
-        gpu_memory_mib=memory,
-    )
-
-
-def _decimal(annotations: Mapping[str, Any], key: str) -> Decimal:
-    """Annotation ``key`` as a plain decimal number of magnitude 1e-9 .. 1e9 (or 0)."""
-    field = f"metadata.annotations[{key!r}]"
-    raw = _string(annotations[key], field)
-    try:
-        value = Decimal(raw.strip())
-    except InvalidOperation as e:
-        raise IntentError(f"{field}: {_show(raw)} is not a number") from e
-    if not value.is_finite():
-        raise IntentError(f"{field}: {_show(raw)} is not a number")
-    if value and not -9 <= value.adjusted() <= 9:
-        raise IntentError(f"{field}: {_show(raw)} is out of range")
-    return value
-
-
-def _positive_int(annotations: Mapping[str, Any], key: str) -> int:
-    value = _decimal(annotations, key)
-    if value <= 0 or value != value.to_integral_value():
-        raise IntentError(
-            f"metadata.annotations[{key!r}]: {_show(annotations[key])} "
-            "must be a positive whole number"
+    def agrees(self, other: _Named) -> bool:
+        a, b = self.match, other.match
+        return (
+            a.model == b.model
+            and (a.memory_mib is None or b.memory_mib is None or a.memory_mib == b.memory_mib)
+            and (a.mig is None or b.mig is None or a.mig == b.mig)
         )
-    return int(value)
+
+    def merged(self, other: _Named) -> _Named:
+        """This name with what ``other`` knows and it does not (variant, MIG, count)."""
+        match = self.match
+        if match.gpu is None and other.match.gpu is not None:
+            match = replace(match, gpu=other.match.gpu)
+        if match.mig is None and other.match.mig is not None:
+            match = replace(match, mig=other.match.mig, mig_slices=other.match.mig_slices)
+        return replace(
+            self,
+            match=match,
+            count=self.count if self.count is not None else other.count,
+            instance=self.instance or other.instance,
+        )
+
+    def describe(self) -> str:
+        gpu = self.match.gpu.describe() if self.match.gpu else f"{self.match.model} (no variant)"
+        if self.match.mig:
+            gpu += f", MIG slice {self.match.mig}"
+        if self.instance:
+            count = f"{self.count} x " if self.count else ""
+            return f"{self.raw} has {count}{gpu}"
+        return f"{self.raw} names {gpu}"
 
 
-def _kai(annotations: Mapping[str, Any]) -> _Demand | None:
-    """KAI-Scheduler demand (kai-scheduler/KAI-Scheduler pod annotations), in GPUs.
+@dataclass
+class _ModelSource:
+    token: str
+    names: list[_Named]
 
-    One device (``gpu-fraction-num-devices`` absent or 1) is ``gpu-fraction`` GPUs
-    (0 < f <= 1), so two ``0.5`` pods can share one GPU. A ``gpu-memory`` (MiB per device)
-    request without a fraction counts as `KAI_MEMORY_FRACTION` (0.1) GPU, as KAI's
-    node-scale-adjuster counts it.
 
-    ``gpu-fraction-num-devices: N`` >= 2 is N whole GPUs: KAI reads it as N devices each
-    with that fraction or memory (``NewGpuResourceRequirementWithMultiFraction(numDevices,
-    fraction, memory)`` in pkg/scheduler/api/pod_info/pod_info.go; the annotation is
-    ``GpuFractionsNumDevices`` in pkg/common/constants/constants.go; Run:ai's docs: "the
-    number of GPU devices to allocate using the specified gpu-fraction or gpu-memory
-    value"), each device its own GPU. ``gpu_memory_mib`` is ``gpu-memory``, MiB per device.
-    """
-    if KAI_GPU_FRACTION not in annotations and KAI_GPU_MEMORY not in annotations:
+def _as_written(raw: str, where: str, warnings: list[str]) -> _Named | None:
+    """A model the catalog does not know, as a label value: lowercase, vendor prefix
+    stripped, characters a label value cannot hold replaced; None (and a warning) for a
+    template placeholder or nothing usable."""
+    if _PLACEHOLDER.search(raw):
+        warnings.append(short(f"model: {where} {show(raw)} is an unsubstituted placeholder; left out"))
         return None
-    source = [f"kai:{k}" for k in (KAI_GPU_FRACTION, KAI_GPU_MEMORY, KAI_NUM_DEVICES)
-              if k in annotations]  # fmt: skip
-    devices = 1
-    if KAI_NUM_DEVICES in annotations:
-        devices = _positive_int(annotations, KAI_NUM_DEVICES)
-    memory: int | None = None
-    if KAI_GPU_MEMORY in annotations:
-        memory = _positive_int(annotations, KAI_GPU_MEMORY)
-    fraction = KAI_MEMORY_FRACTION
-    if KAI_GPU_FRACTION in annotations:
-        fraction = _decimal(annotations, KAI_GPU_FRACTION)
-        if not 0 < fraction <= 1:
-            raise IntentError(
-                f"metadata.annotations[{KAI_GPU_FRACTION!r}]: {fraction} must be in (0, 1]"
-            )
-    gpus = Decimal(devices) if devices >= 2 else fraction  # N distinct devices: N GPUs
-    return _Demand(gpus=gpus, source=tuple(source), gpu_memory_mib=memory)
-
-
-def _tensor_fusion(labels: Mapping[str, Any], annotations: Mapping[str, Any]) -> _Demand | None:
-    """tensor-fusion demand (NexusGPU/tensor-fusion pod label and annotations), in GPUs.
-
-    One GPU (``gpu-count`` absent or 1) is ``compute-percent-request``/100 GPUs, 1 when
-    absent; ``tflops-request`` alone gives share 1 (TFLOPs need the GPU's peak to become
-    a share). ``gpu-count: N`` >= 2 is N whole GPUs: tensor-fusion's ``GpuAllocator``
-    (internal/gpuallocator/gpuallocator.go) selects ``req.Count`` distinct GPUs of one
-    node (``SelectGPUs``, ``NewSameNodeFilter``) and ``Bind`` takes the whole request
-    (TFLOPs and VRAM) from each of them. ``vram-request`` is a byte quantity (``"20Gi"``)
-    per GPU -> ``gpu_memory_mib`` (MiB per GPU); model from ``gpu-model``; pool from
-    ``gpupool`` (or ``gpu-pool``).
-    """
-    enabled = labels.get(TF_ENABLED_LABEL) == "true"
-    if not enabled and not any(k in annotations for k in _TF_ANNOTATIONS):
+    text = normalize(raw)
+    for prefix in _VENDOR_PREFIXES:
+        if text.startswith(prefix) and len(text) > len(prefix):
+            text = text[len(prefix) :]
+    text = _INVALID_LABEL_CHARS.sub("-", text)[:63].strip("-._")
+    if not text or not is_label_value(text):
+        warnings.append(short(f"model: {where} {show(raw)} is not a label value; left out"))
         return None
-    source: list[str] = []
+    warnings.append(short(f"model: {where} {show(raw)} is not in the GPU catalog; used as {text}"))
+    return _Named(GpuMatch(text, None, "as written"), raw)
 
-    def token(key: str) -> str:
-        return f"tensor-fusion:{key}"
 
-    count = 1
-    if TF_GPU_COUNT in annotations:
-        count = _positive_int(annotations, TF_GPU_COUNT)
-        source.append(token(TF_GPU_COUNT))
-    share = Decimal(1)
-    if TF_COMPUTE_PERCENT in annotations:
-        field = f"metadata.annotations[{TF_COMPUTE_PERCENT!r}]"
-        percent = _decimal(annotations, TF_COMPUTE_PERCENT)
-        if not 0 < percent <= 100:
-            raise IntentError(f"{field}: {percent} must be in (0, 100]")
-        share = percent / 100
-        source.append(token(TF_COMPUTE_PERCENT))
-    memory: int | None = None
-    if TF_VRAM_REQUEST in annotations:
-        field = f"metadata.annotations[{TF_VRAM_REQUEST!r}]"
-        memory = to_mib(_string(annotations[TF_VRAM_REQUEST], field), field)
-        if memory <= 0:
-            raise IntentError(f"{field}: {_show(annotations[TF_VRAM_REQUEST])} must be > 0")
-        source.append(token(TF_VRAM_REQUEST))
-    if not source:  # the demand is the defaults: name what switched tensor-fusion on
-        for key in (TF_TFLOPS_REQUEST, TF_GPU_MODEL):
-            if key in annotations:
-                source.append(token(key))
-                break
+def _name(raw: str, where: str, catalog: Catalog, warnings: list[str]) -> _Named | None:
+    found = catalog.lookup(raw)
+    if found is not None:
+        return _Named(found, raw)
+    return _as_written(raw, where, warnings)
+
+
+def _instance(raw: str, catalog: Catalog, family: bool) -> _Named | None:
+    found = catalog.family(raw) if family else catalog.instance_type(raw)
+    if found is None:
+        return None
+    kind = "family" if found.count is None else "instance type"
+    match = GpuMatch(found.gpu.model, found.gpu, kind)
+    note = f"catalog {found.provider} {kind} {found.name}"
+    return _Named(match, raw, found.count, found.name, note)
+
+
+def _unique(names: list[_Named]) -> list[_Named]:
+    out: list[_Named] = []
+    for n in names:
+        if not any(o.match == n.match and o.count == n.count for o in out):
+            out.append(n)
+    return out
+
+
+def _model_sources(
+    user: str | None,
+    constraints: _Constraints,
+    annotations: Mapping[str, Any],
+    catalog: Catalog,
+    warnings: list[str],
+) -> list[_ModelSource]:
+    """Every source naming GPUs, in precedence order (see the module docstring)."""
+    sources: list[_ModelSource] = []
+
+    def add(token: str, raws: list[str], kind: str = "label") -> None:
+        if kind == "label":
+            found = [_name(r, token, catalog, warnings) for r in raws]
         else:
-            source.append(token(TF_ENABLED_LABEL))
-    model, model_source = None, None
-    if TF_GPU_MODEL in annotations:
-        field = f"metadata.annotations[{TF_GPU_MODEL!r}]"
-        model = canonical_model(_string(annotations[TF_GPU_MODEL], field))
-        model_source = token(TF_GPU_MODEL) if model else None
-    pool, pool_source = None, None
-    for key in TF_GPUPOOL:
-        if key in annotations:
-            value = _string(annotations[key], f"metadata.annotations[{key!r}]").strip()
-            if value:
-                pool, pool_source = value, token(key)
-                break
-    return _Demand(
-        gpus=Decimal(count) if count >= 2 else share,  # N distinct GPUs: N whole GPUs
-        source=tuple(source),
-        model=model,
-        model_source=model_source,
-        pool=pool,
-        pool_source=pool_source,
-        gpu_memory_mib=memory,
-    )
+            found = [_instance(r, catalog, family=kind == "family") for r in raws]
+        names = [n for n in found if n is not None]
+        if names:
+            sources.append(_ModelSource(token, _unique(names)))
+
+    if user is not None:
+        add(f"user:{ANNOTATION_MODEL}", [user])
+    selected = {k: [v] for k, v in constraints.selector.items()}
+    for keys, kind in ((MODEL_LABELS, "label"), (INSTANCE_TYPE_LABELS, "type"), (FAMILY_LABELS, "family")):
+        for where, values in (("nodeSelector", selected), ("nodeAffinity", constraints.in_values)):
+            for key in keys:
+                raws = values.get(key)
+                if not raws:
+                    continue
+                add(f"{where}:{key}", raws, kind)
+    for key, token in ((HAMI_USE_GPUTYPE, "hami"), (TF_GPU_MODEL, "tensor-fusion")):
+        raw = annotations.get(key)
+        if isinstance(raw, str):
+            add(f"{token}:{key}", [e.strip() for e in raw.split(",") if e.strip()])
+    return sources
 
 
-def _whole_gpus(spec: Mapping[str, Any]) -> _Demand | None:
-    """Whole GPUs: the pod's effective ``nvidia.com/gpu`` request (a whole number)."""
+def _denied(name: _Named, deny: list[tuple[str, str]]) -> str | None:
+    """The token of the first exclusion that refuses ``name``, else None.
 
-    def per_container(container: Mapping[str, Any], path: str) -> Decimal:
-        res = _resources(container, path)
-        found = _quantity(res, GPU_RESOURCE)
-        if found is None:
-            return Decimal(0)
-        field, value = found
-        if value != value.to_integral_value():
-            raise IntentError(f"{field}: {value} is not a whole number of GPUs")
-        return value
-
-    gpus = _pod_total(spec, per_container)
-    if gpus <= 0:
-        return None
-    return _Demand(gpus=gpus, source=(f"resources:{GPU_RESOURCE}",))
-
-
-def _constraint(spec: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[str, str] | None:
-    """First ``(value, source token)`` for any of ``keys`` in the pod's hard constraints.
-
-    Looks in ``spec.nodeSelector`` first, then in ``spec.affinity.nodeAffinity.
-    requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[].matchExpressions``
-    with operator ``In`` (its first value; terms in order). Keys in the order given.
+    HAMi matches ``nouse-gputype`` entries as case-insensitive substrings of the device
+    name (HAMi docs/config.md, examples/nvidia/specify_card_type_not_use.yaml: "1080"
+    also excludes a 1080 Ti); an affinity ``NotIn`` value excludes the model it names.
     """
-    selector = _mapping(spec.get("nodeSelector"), "spec.nodeSelector")
-    for key in keys:
-        value = selector.get(key)
-        if isinstance(value, str) and value.strip():
-            return value.strip(), f"nodeSelector:{key}"
-    affinity = _mapping(spec.get("affinity"), "spec.affinity")
-    node_affinity = _mapping(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
-    required_key = "requiredDuringSchedulingIgnoredDuringExecution"
-    path = f"spec.affinity.nodeAffinity.{required_key}"
-    required = _mapping(node_affinity.get(required_key), path)
-    terms = required.get("nodeSelectorTerms") or []
-    if not isinstance(terms, list):
-        raise IntentError(f"{path}.nodeSelectorTerms must be a list")
-    expressions: list[Mapping[str, Any]] = []
-    for i, term in enumerate(terms):
-        exprs = _mapping(term, f"{path}.nodeSelectorTerms[{i}]").get("matchExpressions") or []
-        if not isinstance(exprs, list):
-            raise IntentError(f"{path}.nodeSelectorTerms[{i}].matchExpressions must be a list")
-        expressions.extend(e for e in exprs if isinstance(e, Mapping))
-    for key in keys:
-        for expr in expressions:
-            values = expr.get("values")
-            if expr.get("key") == key and expr.get("operator") == "In" and values:
-                first = values[0] if isinstance(values, list) else None
-                if isinstance(first, str) and first.strip():
-                    return first.strip(), f"nodeAffinity:{key}"
+    spellings = {name.match.model, normalize(name.raw)}
+    if name.match.gpu is not None:
+        spellings.add(name.match.gpu.id)
+    for token, entry in deny:
+        if any(entry in s for s in spellings):
+            return token
     return None
 
 
-def infer_intent(pod: Mapping[str, Any]) -> Intent | None:
-    """Infer the GPU intent of ``pod``, a Pod as a JSON object (AdmissionReview
-    ``request.object``), or None when it asks for no GPU (a GPU node selector alone is
-    not demand).
+def _model_deny(
+    constraints: _Constraints, annotations: Mapping[str, Any], catalog: Catalog
+) -> list[tuple[str, str]]:
+    deny: list[tuple[str, str]] = []
+    raw = annotations.get(HAMI_NOUSE_GPUTYPE)
+    if isinstance(raw, str):
+        deny += [(f"hami:{HAMI_NOUSE_GPUTYPE}", normalize(e)) for e in raw.split(",") if e.strip()]
+    for key in MODEL_LABELS:
+        for value in constraints.not_in.get(key, []):
+            found = catalog.lookup(value)
+            deny.append((f"nodeAffinity:{key}", found.gpu.id if found and found.gpu else
+                         (found.model if found else normalize(value))))  # fmt: skip
+    return deny
 
-    The result's ``gpus`` is GPUs in total (fractional only for a share of one device;
-    a request spread over N >= 2 devices is N whole GPUs), ``gpu_memory_mib`` MiB per
-    GPU, ``model`` canonical (`canonical_model`), ``pool`` a NodePool name, and ``source``
-    the ``<where>:<key>`` tokens actually used. See the module docstring for the rules and
-    their sources.
+
+@dataclass
+class _ModelChoice:
+    named: _Named | None
+    tokens: list[str]
+    why: str
+
+
+def _choose_model(
+    sources: list[_ModelSource],
+    deny: list[tuple[str, str]],
+    memory_mib: int | None,
+    warnings: list[str],
+) -> _ModelChoice:
+    """The model all sources allow, by the rule in the module docstring."""
+    if not sources:
+        why = "no source names a GPU model"
+        if deny:
+            why += f"; {deny[0][0]} only excludes some"
+        return _ModelChoice(None, [], why)
+    primary = sources[0]
+    tokens = [primary.token]
+    candidates = list(primary.names)
+    refused = [n for n in candidates if _denied(n, deny)]
+    if refused:
+        tokens.append(_denied(refused[0], deny) or "")
+        candidates = [n for n in candidates if n not in refused]
+        if not candidates:
+            warnings.append(short(f"model: left out, {brief(tokens[-1])} excludes every value of {brief(primary.token)}"))
+            return _ModelChoice(None, tokens, f"{primary.token} names only excluded models")
+    for other in sources[1:]:
+        narrowed = [c.merged(o) for c in candidates for o in other.names if c.agrees(o)]
+        if narrowed:
+            candidates = _unique(narrowed)
+            tokens.append(other.token)
+            continue
+        kept = candidates[0].match.model
+        said = ",".join(n.match.model for n in other.names)
+        warnings.append(short(f"model: kept {kept} ({brief(primary.token)}), not {said} ({brief(other.token)})"))
+        tokens.append("rule:model-earlier-source")
+    distinct = {(c.match.model, c.match.memory_mib) for c in candidates}
+    if len(distinct) > 1:  # an ambiguity: resolved by rule, said in a warning
+        listed = ",".join(dict.fromkeys(c.raw for c in candidates))
+        fit = [c for c in candidates
+               if memory_mib and (c.match.memory_mib is None or c.match.memory_mib >= memory_mib)]
+        if fit and len(fit) < len(candidates):
+            candidates = fit
+            rule, said = "rule:model-memory-fits", f"first with {memory_mib} MiB"
+        else:
+            rule, said = "rule:model-first-listed", "first listed"
+        warnings.append(short(
+            f"model: chose {candidates[0].raw} of {listed} ({said} in {brief(primary.token)})"
+        ))
+        tokens.append(rule)
+    chosen = candidates[0]
+    why = chosen.describe() + (f" ({chosen.note})" if chosen.note else "")
+    agreed = [t for t in tokens[1:] if t and not t.startswith("rule:")]
+    if agreed:
+        why += f"; also named by {', '.join(agreed)}"
+    return _ModelChoice(chosen, list(dict.fromkeys(t for t in tokens if t)), why)
+
+
+# --- user annotations ----------------------------------------------------------------------
+
+
+def _user(annotations: Mapping[str, Any], key: str, warnings: list[str]) -> str | None:
+    raw = annotations.get(key)
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or not raw.strip():
+        warnings.append(short(f"{key}: {show(raw)} is not a value; ignored"))
+        return None
+    return raw.strip()
+
+
+def _user_gpus(annotations: Mapping[str, Any], warnings: list[str]) -> Decimal | None:
+    raw = _user(annotations, ANNOTATION_GPUS, warnings)
+    if raw is None:
+        return None
+    try:
+        return parse_gpus(raw)
+    except IntentError:
+        warnings.append(short(f"{ANNOTATION_GPUS}: {show(raw)} is not a GPU count in (0, {MAX_GPUS}]; ignored"))
+        return None
+
+
+def _user_memory(annotations: Mapping[str, Any], warnings: list[str]) -> int | None:
+    raw = _user(annotations, ANNOTATION_GPU_MEMORY, warnings)
+    if raw is None:
+        return None
+    if raw.isascii() and raw.isdigit() and len(raw) <= 12 and int(raw) > 0:
+        return int(raw)
+    try:
+        mib = to_mib(raw, ANNOTATION_GPU_MEMORY)  # a byte quantity such as 20Gi
+    except IntentError:
+        mib = 0
+    if mib <= 0 or not any(c.isalpha() for c in raw):
+        warnings.append(short(f"{ANNOTATION_GPU_MEMORY}: {show(raw)} is not a MiB count; ignored"))
+        return None
+    warnings.append(short(f"{ANNOTATION_GPU_MEMORY}: {show(raw)} read as {mib} MiB"))
+    return mib
+
+
+# --- the intent --------------------------------------------------------------------------
+
+
+def _pool(
+    user: str | None, constraints: _Constraints, annotations: Mapping[str, Any], warnings: list[str]
+) -> tuple[str | None, list[str], str]:
+    """``(pool, source tokens, why)``: user, then nodeSelector/affinity on
+    ``karpenter.sh/nodepool``, then tensor-fusion's gpupool; invalid names are left out."""
+    options: list[tuple[str, list[str]]] = []
+    if user is not None:
+        options.append((f"user:{ANNOTATION_POOL}", [user]))
+    if NODEPOOL_LABEL in constraints.selector:
+        options.append((f"nodeSelector:{NODEPOOL_LABEL}", [constraints.selector[NODEPOOL_LABEL]]))
+    if NODEPOOL_LABEL in constraints.in_values:
+        options.append((f"nodeAffinity:{NODEPOOL_LABEL}", constraints.in_values[NODEPOOL_LABEL]))
+    for key in TF_GPUPOOL:
+        raw = annotations.get(key)
+        if isinstance(raw, str) and raw.strip():
+            options.append((f"tensor-fusion:{key}", [raw.strip()]))
+            break
+    valid: list[tuple[str, list[str]]] = []
+    for token, values in options:
+        good = [v for v in values if is_pool_name(v)]
+        for bad in (v for v in values if not is_pool_name(v)):
+            warnings.append(short(f"pool: {token} {show(bad)} is not a NodePool name; left out"))
+        if good:
+            valid.append((token, good))
+    if not valid:
+        return None, [], "no source names a NodePool"
+    token, values = valid[0]
+    tokens = [token]
+    pool = values[0]
+    if len(values) > 1:
+        warnings.append(short(f"pool: chose {pool} of {','.join(values)} (first listed in {brief(token)})"))
+        tokens.append("rule:pool-first-listed")
+    for other, others in valid[1:]:
+        if pool in others:
+            tokens.append(other)
+        else:
+            warnings.append(short(f"pool: kept {pool} ({brief(token)}), not {others[0]} ({brief(other)})"))
+            tokens.append("rule:pool-earlier-source")
+    return pool, tokens, f"{token} names NodePool {pool}"
+
+
+def _round(gpus: Decimal) -> Decimal:
+    with localcontext() as ctx:
+        ctx.prec = 40
+        rounded = gpus.quantize(GPU_STEP, rounding=ROUND_CEILING)
+    return gpus if rounded == gpus else rounded  # keep "0.5" as 0.5
+
+
+def infer(pod: Mapping[str, Any], catalog: Catalog | None = None) -> Inference:
+    """Infer the GPU intent of ``pod``, a Pod as a JSON object (AdmissionReview
+    ``request.object``, or a pod template with ``metadata`` and ``spec``), with the
+    reasoning behind each part and the warnings a user should see.
+
+    ``catalog`` is the GPU catalog (default: `gpu_intent.catalog.active_catalog`, loaded
+    once per process). The result's intent is None when the pod asks for no GPU (a GPU
+    node selector alone is not demand); its ``gpus`` is GPUs in total (fractional only for
+    a share of one device or a MIG slice; a request spread over N >= 2 devices is N whole
+    GPUs), ``gpu_memory_mib`` MiB per GPU the pod asks for, ``model_memory_mib`` MiB per
+    GPU of the variant it names, ``model`` canonical, ``pool`` a NodePool name, and
+    ``source`` the ``<where>:<key>`` tokens used, plus ``rule:<part>-<rule>`` for each
+    ambiguity resolved by rule. The module docstring has the rules and their sources.
 
     Raises:
-        IntentError: a field it must read is malformed (``spec.containers`` not a list, a
-            quantity that does not parse, ``gpu-fraction: "abc"`` or outside (0, 1], ...);
-            the message names the field.
+        IntentError: the pod or its containers are not objects/lists, or it asks for GPUs
+            through fields none of which parse (``gpu-fraction: "abc"`` alone, a GPU count
+            over `MAX_GPUS`); the message names the field.
     """
     if not isinstance(pod, Mapping):
         raise IntentError(f"pod must be an object, got {type(pod).__name__}")
-    metadata = _mapping(pod.get("metadata"), "metadata")
-    annotations = _mapping(metadata.get("annotations"), "metadata.annotations")
-    labels = _mapping(metadata.get("labels"), "metadata.labels")
-    spec = _mapping(pod.get("spec"), "spec")
+    catalog = catalog or active_catalog()
+    metadata = as_mapping(pod.get("metadata"), "metadata")
+    annotations = as_mapping(metadata.get("annotations"), "metadata.annotations")
+    labels = as_mapping(metadata.get("labels"), "metadata.labels")
+    spec = as_mapping(pod.get("spec"), "spec")
+    warnings: list[str] = []
 
-    demand = (
-        _hami(spec, annotations)
-        or _kai(annotations)
-        or _tensor_fusion(labels, annotations)
-        or _whole_gpus(spec)
-    )
-    if demand is None:
-        return None
-    if demand.gpus > MAX_GPUS:
-        raise IntentError(f"{format(demand.gpus.normalize(), 'f')} GPUs is more than {MAX_GPUS}")
-    with localcontext() as ctx:
-        ctx.prec = 40
-        rounded = demand.gpus.quantize(GPU_STEP, rounding=ROUND_CEILING)
-    gpus = demand.gpus if rounded == demand.gpus else rounded  # keep "0.5" as 0.5
-    source = list(demand.source)
-    model = demand.model
-    if model is not None and demand.model_source is not None:
-        source.append(demand.model_source)
+    user_gpus = _user_gpus(annotations, warnings)
+    demand, rules = read_demand(spec, labels, annotations, warnings)
+    if demand is None and user_gpus is None:
+        return Inference(None, (), tuple(warnings))
+    reasons: list[Reason] = []
+    source: list[str] = []
+    if user_gpus is not None:
+        gpus, gpu_tokens = user_gpus, [f"user:{ANNOTATION_GPUS}"]
+        gpus_why = f"your {ANNOTATION_GPUS} annotation"
+        if demand is not None and demand.gpus != user_gpus:
+            warnings.append(short(
+                f"gpus: kept your {format_gpus(user_gpus)} ({ANNOTATION_GPUS}), "
+                f"not {format_gpus(demand.gpus)} ({brief(demand.source[0])})"
+            ))
+            gpus_why += f" (over {format_gpus(demand.gpus)} from {demand.source[0]})"
+        rules = []
     else:
-        found = _constraint(spec, MODEL_LABELS)
-        if found is not None:
-            model = canonical_model(found[0])
-            source.append(found[1])
-    pool = demand.pool
-    found = _constraint(spec, (NODEPOOL_LABEL,))
-    if found is not None:
-        pool = found[0]
-        source.append(found[1])
-    elif pool is not None and demand.pool_source is not None:
-        source.append(demand.pool_source)
-    return Intent(
+        assert demand is not None
+        gpus, gpu_tokens, gpus_why = demand.gpus, list(demand.source), demand.why
+    if gpus > MAX_GPUS:
+        raise IntentError(f"{format_gpus(gpus)} GPUs is more than {MAX_GPUS}")
+
+    memory, memory_tokens, memory_why = None, [], "the pod states no GPU memory"
+    user_memory = _user_memory(annotations, warnings)
+    if user_memory is not None:
+        memory, memory_tokens = user_memory, [f"user:{ANNOTATION_GPU_MEMORY}"]
+        memory_why = f"your {ANNOTATION_GPU_MEMORY} annotation, MiB per GPU"
+    elif demand is not None and demand.gpu_memory_mib is not None:
+        memory = demand.gpu_memory_mib
+        memory_tokens = [demand.memory_source] if demand.memory_source else []
+        memory_why = "MiB per GPU the sharing layer asks for (per device, not times the count)"
+
+    constraints = _constraints(spec, warnings)
+    sources = _model_sources(
+        _user(annotations, ANNOTATION_MODEL, warnings), constraints, annotations, catalog, warnings
+    )
+    choice = _choose_model(sources, _model_deny(constraints, annotations, catalog), memory, warnings)
+    named = choice.named
+    model = named.match.model if named else None
+    model_memory = named.match.memory_mib if named else None
+
+    if named is not None and named.match.mig and named.match.mig_slices and demand is not None \
+            and user_gpus is None and demand.source == (f"resources:{GPU_RESOURCE}",):  # fmt: skip
+        total = named.match.gpu.mig_slices if named.match.gpu else None
+        if total:
+            gpus = gpus * named.match.mig_slices / total
+            gpu_tokens.append(f"mig:{named.match.mig}")
+            gpus_why += (
+                f"; each is a MIG {named.match.mig} slice, {named.match.mig_slices}/{total} of a GPU"
+                " (NVIDIA MIG user guide)"
+            )
+    if named is not None and named.count is not None and gpus > named.count:
+        warnings.append(short(
+            f"gpus: {format_gpus(gpus)} is more than the {named.count} GPUs of {named.instance}"
+        ))
+    if demand is not None and named is not None and named.match.gpu is not None \
+            and demand.vendor != named.match.gpu.vendor:  # fmt: skip
+        warnings.append(short(
+            f"model: {model} is a {named.match.gpu.vendor} GPU but the pod asks for "
+            f"{demand.source[0].split(':', 1)[1]}"
+        ))
+
+    pool, pool_tokens, pool_why = _pool(
+        _user(annotations, ANNOTATION_POOL, warnings), constraints, annotations, warnings
+    )
+    gpus = _round(gpus)
+    source = [*gpu_tokens, *rules, *memory_tokens, *choice.tokens, *pool_tokens]
+    intent = Intent(
         gpus=gpus,
         model=model,
         pool=pool,
-        gpu_memory_mib=demand.gpu_memory_mib,
+        gpu_memory_mib=memory,
         source=tuple(dict.fromkeys(source)),  # unique, in order
+        model_memory_mib=model_memory,
     )
+    reasons = [
+        Reason("gpus", format_gpus(gpus), ",".join(gpu_tokens + rules), gpus_why),
+        Reason("model", model or "", ",".join(choice.tokens), choice.why),
+        Reason(
+            "model-memory",
+            str(model_memory) if model_memory else "",
+            ",".join(t for t in choice.tokens if not t.startswith("rule:")) if model_memory else "",
+            f"MiB per GPU of {named.match.gpu.id} in the GPU catalog"
+            if named and named.match.gpu else "no GPU variant is named",
+        ),
+        Reason("gpu-memory", str(memory) if memory else "", ",".join(memory_tokens), memory_why),
+        Reason("pool", pool or "", ",".join(pool_tokens), pool_why),
+    ]
+    return Inference(intent, tuple(reasons), tuple(dict.fromkeys(warnings)))
+
+
+def infer_intent(pod: Mapping[str, Any], catalog: Catalog | None = None) -> Intent | None:
+    """`infer`'s intent alone: None when ``pod`` asks for no GPU.
+
+    Raises:
+        IntentError: as `infer`.
+    """
+    return infer(pod, catalog).intent

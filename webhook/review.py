@@ -21,7 +21,7 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 import jsonpatch
 
 from gpu_intent.intent import ANNOTATION_VERSION, Intent, IntentError
-from webhook.inference import infer_intent
+from webhook.inference import infer
 
 __all__ = [
     "API_VERSION",
@@ -263,11 +263,12 @@ def admit(body: object) -> Admission:
     """Review one AdmissionReview request body (parsed JSON) and decide the response.
 
     Not a Pod CREATE, or a pod already carrying ``gpu-intent.io/intent-version``: no
-    patch. A pod with no GPU demand (`infer_intent` returns None): no patch. A pod whose
+    patch. A pod with no GPU demand (`infer` gives no intent): no patch. A pod whose
     fields cannot be read (`IntentError`): no patch and a warning. Otherwise a JSON patch
     that adds the `Intent` annotations (creating ``metadata.annotations`` when absent or
-    null), checked to apply to the pod before it is returned. ``request.dryRun`` changes
-    nothing (the webhook has no side effects).
+    null), checked to apply to the pod before it is returned. The inference's warnings
+    (a part left out, an ambiguity resolved by rule) go into ``response.warnings``.
+    ``request.dryRun`` changes nothing (the webhook has no side effects).
 
     Raises:
         MalformedReview: ``body`` is not a dict with ``apiVersion: admission.k8s.io/v1``,
@@ -285,19 +286,21 @@ def admit(body: object) -> Admission:
     if isinstance(existing, dict) and ANNOTATION_VERSION in existing:
         return Admission(_response(uid), "unchanged", ref)
     try:
-        intent = infer_intent(pod)
+        inference = infer(pod)
     except IntentError as e:
         reason = f"cannot infer GPU intent: {e}"
         return Admission(allowed_with_warning(uid, reason), "error_object", ref, reason)
+    intent = inference.intent
+    warned = {"warnings": [_warning(w) for w in inference.warnings]} if inference.warnings else {}
     if intent is None:
-        return Admission(_response(uid), "not_gpu", ref)
+        return Admission(_response(uid, **warned), "not_gpu", ref)
     try:
         patch = make_annotation_patch(pod, intent.to_annotations())
     except IntentError as e:
         reason = f"not annotating the pod: {e}"
         return Admission(allowed_with_warning(uid, reason), "error_object", ref, reason)
     encoded = base64.b64encode(json.dumps(patch.patch).encode()).decode("ascii")
-    response = _response(uid, patchType="JSONPatch", patch=encoded)
+    response = _response(uid, patchType="JSONPatch", patch=encoded, **warned)
     return Admission(response, "patched", ref, intent=intent)
 
 

@@ -1,0 +1,466 @@
+"""What a pod asks for through GPU-sharing layers and device requests, in GPUs.
+
+A purely computational module: no I/O, no awaits. `read_demand` reads every source
+(HAMi, KAI-Scheduler, tensor-fusion, whole ``nvidia.com/gpu`` / ``amd.com/gpu``) and keeps
+the first that gives demand; `webhook.inference` adds the model, pool and the user's
+annotations. Every rule names its source in the reader's docstring. Also the small text
+helpers warnings share (`short`, `brief`), so each stays one line of at most 120
+characters once the webhook puts ``gpu-intent: `` before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from typing import Any, Final
+
+from gpu_intent.intent import IntentError, format_gpus
+from gpu_intent.quantity import parse_quantity, to_mib
+
+__all__ = [
+    "AMD_GPU_RESOURCE",
+    "GPU_RESOURCE",
+    "HAMI_NOUSE_GPUTYPE",
+    "HAMI_USE_GPUTYPE",
+    "MAX_WARNING",
+    "TF_GPUPOOL",
+    "TF_GPU_MODEL",
+    "Demand",
+    "as_mapping",
+    "brief",
+    "read_demand",
+    "short",
+    "show",
+]
+
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+AMD_GPU_RESOURCE: Final = "amd.com/gpu"
+HAMI_GPUMEM: Final = "nvidia.com/gpumem"
+HAMI_GPUMEM_PERCENTAGE: Final = "nvidia.com/gpumem-percentage"
+HAMI_GPUCORES: Final = "nvidia.com/gpucores"
+HAMI_USE_GPUTYPE: Final = "nvidia.com/use-gputype"
+HAMI_NOUSE_GPUTYPE: Final = "nvidia.com/nouse-gputype"
+_HAMI_RESOURCES: Final = (HAMI_GPUMEM, HAMI_GPUMEM_PERCENTAGE, HAMI_GPUCORES)
+
+KAI_GPU_FRACTION: Final = "gpu-fraction"
+KAI_GPU_MEMORY: Final = "gpu-memory"
+KAI_NUM_DEVICES: Final = "gpu-fraction-num-devices"
+#: GPUs one device's worth of a memory-only KAI request counts as: node-scale-adjuster's
+#: GPUMemoryToFractionRatio default (kai-scheduler/KAI-Scheduler PR #425).
+KAI_MEMORY_FRACTION: Final = Decimal("0.1")
+
+TF_ENABLED_LABEL: Final = "tensor-fusion.ai/enabled"
+TF_GPU_MODEL: Final = "tensor-fusion.ai/gpu-model"
+TF_GPU_COUNT: Final = "tensor-fusion.ai/gpu-count"
+TF_VRAM_REQUEST: Final = "tensor-fusion.ai/vram-request"
+TF_TFLOPS_REQUEST: Final = "tensor-fusion.ai/tflops-request"
+TF_COMPUTE_PERCENT: Final = "tensor-fusion.ai/compute-percent-request"
+TF_GPUPOOL: Final = ("tensor-fusion.ai/gpupool", "tensor-fusion.ai/gpu-pool")
+_TF_ANNOTATIONS: Final = (
+    TF_GPU_MODEL, TF_GPU_COUNT, TF_VRAM_REQUEST, TF_TFLOPS_REQUEST, TF_COMPUTE_PERCENT,
+)  # fmt: skip
+
+
+#: Longest warning text: 120 characters once the webhook puts ``gpu-intent: `` before it.
+MAX_WARNING: Final = 108
+
+_PerContainer = Callable[[Mapping[str, Any], str], Decimal]
+
+def show(value: object) -> str:
+    """A short repr of a user-supplied value for an error message."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def brief(token: str) -> str:
+    """A source token for a warning: ``nodeSelector:karpenter.k8s.aws/instance-gpu-name``
+    -> ``nodeSelector instance-gpu-name`` (the full token is in the source annotation)."""
+    where, _, key = token.partition(":")
+    return f"{where} {key.rsplit('/', 1)[-1]}" if key else where
+
+
+def short(text: str) -> str:
+    """``text`` on one line, cut to `MAX_WARNING` characters (with ``...``)."""
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_WARNING else text[: MAX_WARNING - 3] + "..."
+
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What one demand source says: GPUs, its source tokens and the reasoning."""
+
+    gpus: Decimal
+    source: tuple[str, ...]
+    why: str
+    gpu_memory_mib: int | None = None
+    memory_source: str | None = None
+    vendor: str = "nvidia"
+
+
+def as_mapping(value: object, where: str) -> Mapping[str, Any]:
+    """``value`` as a mapping; None (JSON null or absent) is an empty one."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise IntentError(f"{where} must be an object, got {type(value).__name__}")
+    return value
+
+
+def _string(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise IntentError(f"{where} must be a string, got {show(value)}")
+    return value
+
+
+def _containers(spec: Mapping[str, Any], kind: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """``(field path, container)`` for ``spec[kind]`` (``containers``/``initContainers``)."""
+    raw = spec.get(kind)
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise IntentError(f"spec.{kind} must be a list, got {type(raw).__name__}")
+    return [(f"spec.{kind}[{i}]", as_mapping(c, f"spec.{kind}[{i}]")) for i, c in enumerate(raw)]
+
+
+def _resources(container: Mapping[str, Any], path: str) -> dict[str, tuple[str, object]]:
+    """Effective resources of one container: ``{key: (field path, raw quantity)}``.
+
+    Requests, falling back to limits for a key absent from requests: Kubernetes defaults
+    an extended resource's request to its limit (kubernetes/kubernetes, core/v1 defaults).
+    """
+    resources = as_mapping(container.get("resources"), f"{path}.resources")
+    out: dict[str, tuple[str, object]] = {}
+    for where in ("limits", "requests"):  # requests overwrite limits
+        for key, raw in as_mapping(resources.get(where), f"{path}.resources.{where}").items():
+            out[key] = (f"{path}.resources.{where}[{key!r}]", raw)
+    return out
+
+
+def _quantity(res: Mapping[str, tuple[str, object]], key: str) -> tuple[str, Decimal] | None:
+    """``(field path, value)`` of resource ``key`` (a non-negative quantity), or None."""
+    if key not in res:
+        return None
+    where, raw = res[key]
+    if not isinstance(raw, str | int | float):
+        raise IntentError(f"{where}: {show(raw)} is not a quantity")
+    value = parse_quantity(raw, where)
+    if value < 0:
+        raise IntentError(f"{where}: {show(raw)} must not be negative")
+    return where, value
+
+
+def _pod_total(spec: Mapping[str, Any], per_container: _PerContainer) -> Decimal:
+    """The pod's effective demand for one resource, as the kube-scheduler computes it.
+
+    ``max(sum(containers) + sum(sidecars), max over init containers of (init + sidecars
+    started before it))``, sidecars being init containers with ``restartPolicy: Always``
+    (kubernetes/kubernetes component-helpers ``resource.PodRequests``, KEP-753). Without
+    sidecars this is ``max(sum(containers), max(initContainers))``.
+    """
+    sidecars = Decimal(0)
+    init_peak = Decimal(0)
+    for path, container in _containers(spec, "initContainers"):
+        value = per_container(container, path)
+        if container.get("restartPolicy") == "Always":
+            sidecars += value
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, value + sidecars)
+    regular = sum((per_container(c, p) for p, c in _containers(spec, "containers")), Decimal(0))
+    return max(regular + sidecars, init_peak)
+
+
+def _all_containers(spec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    return _containers(spec, "initContainers") + _containers(spec, "containers")
+
+
+def _percent_share(res: Mapping[str, tuple[str, object]], key: str) -> Decimal | None:
+    """Resource ``key``, a 0-100 percent, as a share of one GPU; None if absent or 0."""
+    found = _quantity(res, key)
+    if found is None or found[1] == 0:
+        return None
+    where, value = found
+    if value > 100:
+        raise IntentError(f"{where}: {value} is not a percentage (0-100)")
+    return value / 100
+
+
+def _num(value: Decimal) -> str:
+    return format(value.normalize(), "f")
+
+
+def _hami(spec: Mapping[str, Any]) -> Demand | None:
+    """HAMi demand (Project-HAMi/HAMi): container resources, summed like the scheduler does.
+
+    Per container, in GPUs:
+
+    - ``nvidia.com/gpu`` is the container's vGPU count, 1 when absent (HAMi's webhook sets
+      ``defaultGPUNum``, 1: ``mutateContainerResource`` in pkg/device/nvidia/device.go).
+    - One vGPU is the share of one GPU it takes: the largest of ``nvidia.com/gpucores``/100
+      and ``nvidia.com/gpumem-percentage``/100, or 1 when neither is given
+      (``nvidia.com/gpumem`` MiB cannot become a share without knowing the GPU's memory).
+    - N >= 2 vGPUs are N whole GPUs: HAMi's ``Fit`` (pkg/device/nvidia/device.go) takes at
+      most one vGPU from each physical GPU of the node for a container (``k.Nums--`` once
+      per device), so the N vGPUs land on N distinct GPUs; the HAMi examples say so
+      (examples/nvidia/use_memory_fraction.yaml: "how many physical GPUs the pod needs",
+      examples/nvidia/vllm_cross_vgpu.yaml: 2 vGPUs for tensor parallel workers). The
+      source then names ``hami:nvidia.com/gpu`` when a share was given, as the count, not
+      the share, decided the GPUs.
+
+    ``gpu_memory_mib`` is the largest ``nvidia.com/gpumem`` (MiB per vGPU, hence per
+    physical GPU) of any container.
+    """
+    containers = _all_containers(spec)
+    if not any(k in _resources(c, p) for p, c in containers for k in _HAMI_RESOURCES):
+        return None
+    used: set[str] = set()
+    notes: list[str] = []
+    memory: int | None = None
+
+    def per_container(container: Mapping[str, Any], path: str) -> Decimal:
+        nonlocal memory
+        res = _resources(container, path)
+        if not any(k in res for k in (GPU_RESOURCE, *_HAMI_RESOURCES)):
+            return Decimal(0)
+        found = _quantity(res, GPU_RESOURCE)
+        count = Decimal(1) if found is None else found[1]
+        shares: list[Decimal] = []
+        for key in (HAMI_GPUCORES, HAMI_GPUMEM_PERCENTAGE):
+            share = _percent_share(res, key)
+            if share is not None:
+                shares.append(share)
+                used.add(key)
+        found = _quantity(res, HAMI_GPUMEM)
+        if found is not None and found[1] > 0:
+            mib = int(found[1].to_integral_value(rounding=ROUND_CEILING))  # already MiB
+            used.add(HAMI_GPUMEM)
+            memory = max(memory or 0, mib)
+        share = max(shares, default=Decimal(1))
+        if count >= 2:  # one vGPU per physical GPU: N distinct GPUs, whole
+            if shares:
+                used.add(GPU_RESOURCE)
+            notes.append(f"{path}: {_num(count)} vGPUs on {_num(count)} distinct GPUs")
+            return count
+        notes.append(f"{path}: {_num(count)} vGPU of {_num(share)} GPU")
+        return count * share
+
+    gpus = _pod_total(spec, per_container)
+    if gpus <= 0:
+        return None
+    source = tuple(f"hami:{key}" for key in (GPU_RESOURCE, *_HAMI_RESOURCES) if key in used)
+    why = "; ".join(notes) + " (HAMi places each vGPU of a container on its own GPU)"
+    return Demand(
+        gpus=gpus,
+        source=source or (f"hami:{GPU_RESOURCE}",),
+        why=why,
+        gpu_memory_mib=memory,
+        memory_source=f"hami:{HAMI_GPUMEM}" if memory else None,
+    )
+
+
+def _decimal(annotations: Mapping[str, Any], key: str) -> Decimal:
+    """Annotation ``key`` as a plain decimal number of magnitude 1e-9 .. 1e9 (or 0)."""
+    where = f"metadata.annotations[{key!r}]"
+    raw = _string(annotations[key], where)
+    try:
+        value = Decimal(raw.strip())
+    except InvalidOperation as e:
+        raise IntentError(f"{where}: {show(raw)} is not a number") from e
+    if not value.is_finite():
+        raise IntentError(f"{where}: {show(raw)} is not a number")
+    if value and not -9 <= value.adjusted() <= 9:
+        raise IntentError(f"{where}: {show(raw)} is out of range")
+    return value
+
+
+def _positive_int(annotations: Mapping[str, Any], key: str) -> int:
+    value = _decimal(annotations, key)
+    if value <= 0 or value != value.to_integral_value():
+        raise IntentError(
+            f"metadata.annotations[{key!r}]: {show(annotations[key])} "
+            "must be a positive whole number"
+        )
+    return int(value)
+
+
+def _kai(annotations: Mapping[str, Any]) -> Demand | None:
+    """KAI-Scheduler demand (kai-scheduler/KAI-Scheduler pod annotations), in GPUs.
+
+    One device (``gpu-fraction-num-devices`` absent or 1) is ``gpu-fraction`` GPUs
+    (0 < f <= 1), so two ``0.5`` pods can share one GPU. A ``gpu-memory`` (MiB per device)
+    request without a fraction counts as `KAI_MEMORY_FRACTION` (0.1) GPU, as KAI's
+    node-scale-adjuster counts it.
+
+    ``gpu-fraction-num-devices: N`` >= 2 is N whole GPUs: KAI reads it as N devices each
+    with that fraction or memory (``NewGpuResourceRequirementWithMultiFraction(numDevices,
+    fraction, memory)`` in pkg/scheduler/api/pod_info/pod_info.go; the annotation is
+    ``GpuFractionsNumDevices`` in pkg/common/constants/constants.go; Run:ai's docs: "the
+    number of GPU devices to allocate using the specified gpu-fraction or gpu-memory
+    value"), each device its own GPU. ``gpu_memory_mib`` is ``gpu-memory``, MiB per device.
+    """
+    if KAI_GPU_FRACTION not in annotations and KAI_GPU_MEMORY not in annotations:
+        return None
+    source = [f"kai:{k}" for k in (KAI_GPU_FRACTION, KAI_GPU_MEMORY, KAI_NUM_DEVICES)
+              if k in annotations]  # fmt: skip
+    devices = 1
+    if KAI_NUM_DEVICES in annotations:
+        devices = _positive_int(annotations, KAI_NUM_DEVICES)
+    memory: int | None = None
+    if KAI_GPU_MEMORY in annotations:
+        memory = _positive_int(annotations, KAI_GPU_MEMORY)
+    fraction = KAI_MEMORY_FRACTION
+    why = f"gpu-memory without gpu-fraction counts {fraction} GPU (KAI node-scale-adjuster)"
+    if KAI_GPU_FRACTION in annotations:
+        fraction = _decimal(annotations, KAI_GPU_FRACTION)
+        if not 0 < fraction <= 1:
+            raise IntentError(
+                f"metadata.annotations[{KAI_GPU_FRACTION!r}]: {fraction} must be in (0, 1]"
+            )
+        why = f"gpu-fraction {_num(fraction)} of one GPU (KAI-Scheduler)"
+    if devices >= 2:  # N distinct devices: N GPUs
+        why = f"{devices} devices (gpu-fraction-num-devices) are {devices} distinct GPUs (KAI-Scheduler)"
+    gpus = Decimal(devices) if devices >= 2 else fraction
+    return Demand(
+        gpus=gpus,
+        source=tuple(source),
+        why=why,
+        gpu_memory_mib=memory,
+        memory_source=f"kai:{KAI_GPU_MEMORY}" if memory else None,
+    )
+
+
+def _tensor_fusion(labels: Mapping[str, Any], annotations: Mapping[str, Any]) -> Demand | None:
+    """tensor-fusion demand (NexusGPU/tensor-fusion pod label and annotations), in GPUs.
+
+    One GPU (``gpu-count`` absent or 1) is ``compute-percent-request``/100 GPUs, 1 when
+    absent; ``tflops-request`` alone gives share 1 (TFLOPs need the GPU's peak to become
+    a share). ``gpu-count: N`` >= 2 is N whole GPUs: tensor-fusion's ``GpuAllocator``
+    (internal/gpuallocator/gpuallocator.go) selects ``req.Count`` distinct GPUs of one
+    node (``SelectGPUs``, ``NewSameNodeFilter``) and ``Bind`` takes the whole request
+    (TFLOPs and VRAM) from each of them. ``vram-request`` is a byte quantity (``"20Gi"``)
+    per GPU -> ``gpu_memory_mib`` (MiB per GPU). Model and pool are read by `infer`.
+    """
+    enabled = labels.get(TF_ENABLED_LABEL) == "true"
+    if not enabled and not any(k in annotations for k in _TF_ANNOTATIONS):
+        return None
+    source: list[str] = []
+
+    def token(key: str) -> str:
+        return f"tensor-fusion:{key}"
+
+    count = 1
+    if TF_GPU_COUNT in annotations:
+        count = _positive_int(annotations, TF_GPU_COUNT)
+        source.append(token(TF_GPU_COUNT))
+    share = Decimal(1)
+    if TF_COMPUTE_PERCENT in annotations:
+        where = f"metadata.annotations[{TF_COMPUTE_PERCENT!r}]"
+        percent = _decimal(annotations, TF_COMPUTE_PERCENT)
+        if not 0 < percent <= 100:
+            raise IntentError(f"{where}: {percent} must be in (0, 100]")
+        share = percent / 100
+        source.append(token(TF_COMPUTE_PERCENT))
+    memory: int | None = None
+    if TF_VRAM_REQUEST in annotations:
+        where = f"metadata.annotations[{TF_VRAM_REQUEST!r}]"
+        memory = to_mib(_string(annotations[TF_VRAM_REQUEST], where), where)
+        if memory <= 0:
+            raise IntentError(f"{where}: {show(annotations[TF_VRAM_REQUEST])} must be > 0")
+        source.append(token(TF_VRAM_REQUEST))
+    if not source:  # the demand is the defaults: name what switched tensor-fusion on
+        for key in (TF_TFLOPS_REQUEST, TF_GPU_MODEL):
+            if key in annotations:
+                source.append(token(key))
+                break
+        else:
+            source.append(token(TF_ENABLED_LABEL))
+    if count >= 2:
+        why = f"gpu-count {count} is {count} distinct GPUs of one node (tensor-fusion GpuAllocator)"
+    else:
+        why = f"one GPU, compute share {_num(share)} (tensor-fusion)"
+    return Demand(
+        gpus=Decimal(count) if count >= 2 else share,  # N distinct GPUs: N whole GPUs
+        source=tuple(source),
+        why=why,
+        gpu_memory_mib=memory,
+        memory_source=token(TF_VRAM_REQUEST) if memory else None,
+    )
+
+
+def _whole(spec: Mapping[str, Any], resource: str) -> Decimal:
+    """The pod's effective request of ``resource``, which must be whole devices."""
+
+    def per_container(container: Mapping[str, Any], path: str) -> Decimal:
+        found = _quantity(_resources(container, path), resource)
+        if found is None:
+            return Decimal(0)
+        where, value = found
+        if value != value.to_integral_value():
+            raise IntentError(f"{where}: {value} is not a whole number of GPUs")
+        return value
+
+    return _pod_total(spec, per_container)
+
+
+def _whole_gpus(spec: Mapping[str, Any]) -> Demand | None:
+    """Whole devices: the pod's effective ``nvidia.com/gpu``, else ``amd.com/gpu``
+    request (extended resources of NVIDIA's and AMD's device plugins)."""
+    for resource, vendor in ((GPU_RESOURCE, "nvidia"), (AMD_GPU_RESOURCE, "amd")):
+        gpus = _whole(spec, resource)
+        if gpus > 0:
+            why = f"{_num(gpus)} whole {resource} requested (the pod's effective request)"
+            return Demand(gpus=gpus, source=(f"resources:{resource}",), why=why, vendor=vendor)
+    return None
+
+
+
+def read_demand(
+    spec: Mapping[str, Any],
+    labels: Mapping[str, Any],
+    annotations: Mapping[str, Any],
+    warnings: list[str],
+) -> tuple[Demand | None, list[str]]:
+    """The first demand source that gives GPUs, and the rule tokens its choice needed.
+
+    Every source is read; one whose fields do not parse is skipped with a warning. A
+    sharing layer that disagrees with the chosen one is a warning.
+
+    Raises:
+        IntentError: no source gives demand and one failed to parse (its error).
+    """
+    layers: list[tuple[str, Callable[[], Demand | None]]] = [
+        ("hami", lambda: _hami(spec)),
+        ("kai", lambda: _kai(annotations)),
+        ("tensor-fusion", lambda: _tensor_fusion(labels, annotations)),
+        ("resources", lambda: _whole_gpus(spec)),
+    ]
+    found: list[tuple[str, Demand]] = []
+    errors: list[tuple[str, IntentError]] = []
+    for name, read in layers:
+        if name == "resources" and found and found[0][0] == "hami":
+            continue  # HAMi already read nvidia.com/gpu as its vGPU count
+        try:
+            demand = read()
+        except IntentError as e:
+            errors.append((name, e))
+            continue
+        if demand is not None:
+            found.append((name, demand))
+    if not found:
+        if errors:
+            raise errors[0][1]
+        return None, []
+    chosen = found[0][1]
+    for name, error in errors:
+        warnings.append(short(f"{name} ignored: {error}"))
+    tokens: list[str] = []
+    for _, other in found[1:]:
+        if other.gpus != chosen.gpus:
+            warnings.append(short(
+                f"gpus: kept {format_gpus(chosen.gpus)} ({brief(chosen.source[0])}), "
+                f"not {format_gpus(other.gpus)} ({brief(other.source[0])})"
+            ))
+            tokens.append("rule:gpus-earlier-source")
+    return chosen, tokens
