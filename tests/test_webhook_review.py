@@ -161,13 +161,15 @@ def test_patch_escapes_slashes_in_keys() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_scoped_patch_equals_a_whole_pod_diff(name: str) -> None:
+def test_direct_patch_gives_the_same_pod_as_a_whole_pod_diff(name: str) -> None:
     pod = load(name)["request"]["object"]
     annotations = {"gpu-intent.io/intent-version": "v1", "gpu-intent.io/gpus": "1"}
     mutated = copy.deepcopy(pod)
     mutated["metadata"].setdefault("annotations", {}).update(annotations)
     full = jsonpatch.make_patch(pod, mutated)
-    assert make_annotation_patch(pod, annotations).patch == full.patch
+    direct = make_annotation_patch(pod, annotations)
+    assert direct.apply(pod) == full.apply(pod) == mutated
+    assert direct.apply(direct.apply(pod)) == mutated  # applying twice changes nothing more
 
 
 # --- annotations map shapes -----------------------------------------------------------
