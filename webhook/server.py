@@ -27,7 +27,7 @@ import logging
 import ssl
 import time
 from dataclasses import dataclass, field
-from typing import Final, get_args
+from typing import Any, Final, get_args
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -136,6 +136,7 @@ class WebhookMetrics:
             registry=registry,
         )
         self._models: set[str] = set()
+        self._intent_children: dict[tuple[str | None, tuple[str, ...]], Any] = {}
         self.connections_closed = Counter(
             "gpu_intent_webhook_connections_closed",
             "Connections the webhook closed: slow or idle clients, or shutdown.",
@@ -165,6 +166,14 @@ class WebhookMetrics:
 
     def intent(self, intent: Intent) -> None:
         """Count one intent written."""
+        child = self._intent_children.get((intent.model, intent.source))
+        if child is None:
+            child = self._intent_child(intent)
+            if len(self._intent_children) < 4096:
+                self._intent_children[(intent.model, intent.source)] = child
+        child.inc()
+
+    def _intent_child(self, intent: Intent) -> Any:
         model = intent.model or "any"
         if model not in self._models:
             if len(self._models) >= MAX_MODEL_LABELS:
@@ -172,7 +181,7 @@ class WebhookMetrics:
             else:
                 self._models.add(model)
         source = "+".join(sorted({token.split(":", 1)[0] for token in intent.source}))
-        self.intents.labels(model=model, source=source or "none").inc()
+        return self.intents.labels(model=model, source=source or "none")
 
     def connection_closed(self, reason: str) -> None:
         """Count one connection closed for ``reason``."""
