@@ -13,8 +13,9 @@
 
 Throughput is the median of 5 runs that alternate between the servers, so machine noise
 hits all three alike. The load generator is a lean asyncio HTTP/1.1 client in this
-process, with keep-alive connections, at niceness 10 so the servers get the CPU first;
-it still shares the machine's cores with the server (and with whatever else runs), so
+process, with keep-alive connections, at niceness 10 for the throughput runs so the
+servers get the CPU first; it still shares the machine's cores with the server (and with
+whatever else runs), so
 each row also prints the server process's CPU use (from ``/proc/<pid>/stat``) and the
 requests it served per CPU-second, which do not depend on how fast the client is.
 
@@ -340,9 +341,6 @@ async def run_servers(rounds: int = ROUNDS) -> None:
         tls = write_tls_files(Path(tmp), ["localhost"], ["127.0.0.1"])
         context = ssl.create_default_context(cafile=str(tls.ca_cert))
         targets = [_launch(name, Path(tmp)) for name in names]
-        # The load generator yields the CPU to the servers (they keep niceness 0), so
-        # the servers, not the client, are what saturates.
-        os.nice(CLIENT_NICENESS)
         try:
             for target in targets:
                 await _wait_ready(target, next(iter(bodies.values())), context)
@@ -351,6 +349,11 @@ async def run_servers(rounds: int = ROUNDS) -> None:
                     for target in targets:
                         p50_p99 = await steady_latency(target, request, context)
                         target.latency.setdefault(label, []).append(p50_p99)
+            # For throughput the load generator yields the CPU to the servers (they keep
+            # niceness 0), so the servers, not the client, are what saturates. (Not for
+            # latency: a niced client's own scheduling delays would count as latency.)
+            os.nice(CLIENT_NICENESS)
+            for label, request in bodies.items():
                 for _ in range(rounds):
                     for target in targets:  # alternate: noise hits all three alike
                         rate, cpu = await max_throughput(target, request, context)
@@ -367,7 +370,8 @@ def _report(targets: list[Target], labels: list[str]) -> None:
     null, ours, kopf = targets
     print(
         f"one server process each, TLS on loopback, HTTP/1.1 keep-alive; load from this process "
-        f"({CONCURRENCY} connections, nice {CLIENT_NICENESS}), {os.cpu_count()} cores shared; "
+        f"({CONCURRENCY} connections; nice {CLIENT_NICENESS} for throughput), "
+        f"{os.cpu_count()} cores shared; "
         f"latency at a steady {RATE:.0f} req/s, median of {LATENCY_ROUNDS} alternating "
         f"{LATENCY_SECONDS:.0f} s runs; max throughput median of {ROUNDS} alternating "
         f"{THROUGHPUT_SECONDS:.0f} s runs"

@@ -214,6 +214,8 @@ def pod_reference(request: Mapping[str, Any]) -> str:
     if not name and metadata.get("generateName"):
         name = f"{metadata['generateName']}*"
     text = f"{namespace}/{name or '?'}"[:200]  # not yet validated: may hold anything
+    if text.isprintable():
+        return text
     return "".join(c if c.isprintable() else "?" for c in text)
 
 
