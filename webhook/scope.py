@@ -5,7 +5,7 @@ the webhook to opted-in namespaces; this is defence in depth for a configuration
 selects too much (edited by hand, another chart, a selector typo). Skipped:
 
 - pods in ``kube-system``: a webhook that touches the control plane's own pods can stop a
-  cluster from healing (kubernetes.io, "Admission Webhook Good Practices": "avoid
+  cluster from healing (kubernetes.io, "Dynamic Admission Control", section "Avoiding
   operating on the kube-system namespace");
 - pods in the namespace gpu-intent runs in (its release namespace): the webhook must not
   depend on itself to start, and the controller's trigger pods live there;
