@@ -8,7 +8,6 @@ workload, the time comparison on 5 pods only, with delays scaled down further.
 from __future__ import annotations
 
 import argparse
-import asyncio
 
 from bench import burst, controller_rss, cost, planner, scaleup_time, steady, webhook
 
@@ -26,8 +25,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     print("== webhook ==")
-    webhook.run_pure()
-    asyncio.run(webhook.run_http())
+    webhook.run()
     print("\n== planner ==")
     planner.run()
     steady.run()

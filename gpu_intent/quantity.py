@@ -44,6 +44,8 @@ _DECIMAL_EXPONENTS: Final = {
 MAX_EXPONENT: Final = 30
 
 _MAX_TEXT: Final = 64
+#: Largest decimal exponent (``e<n>``) accepted at all, whatever the digits before it.
+_MAX_SHIFT: Final = MAX_EXPONENT + _MAX_TEXT
 _MIB: Final = Decimal(1024 * 1024)
 
 
@@ -70,8 +72,9 @@ def parse_quantity(value: str | int | float, field: str) -> Decimal:
 
     Raises:
         IntentError: not a string or number (``True`` included), empty, longer than 64
-            characters, not in the grammar above, not finite, or of magnitude above
-            ``10**MAX_EXPONENT`` or (non-zero) below ``10**-MAX_EXPONENT``.
+            characters, not in the grammar above, not finite, of magnitude above
+            ``10**MAX_EXPONENT`` or (non-zero) below ``10**-MAX_EXPONENT``, or with a
+            decimal exponent beyond +-94 even for a zero (``"0e9999999"``).
     """
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise IntentError(f"{field}: {_show(value)} is not a quantity")
@@ -96,7 +99,13 @@ def parse_quantity(value: str | int | float, field: str) -> Decimal:
                 exponent = int(match["exponent"])
             else:
                 exponent = _DECIMAL_EXPONENTS[match["decimal"] or ""]
-            if number and abs(number.adjusted() + exponent) > MAX_EXPONENT:
+            # Checked for zero too: Decimal(0).scaleb(9999999) raises InvalidOperation
+            # (the shift lies beyond the context's Emax), and "0e9999999" matches the
+            # grammar. No number of at most 64 characters brings an exponent this far back
+            # into range.
+            if abs(exponent) > _MAX_SHIFT or (
+                number and abs(number.adjusted() + exponent) > MAX_EXPONENT
+            ):
                 raise IntentError(f"{field}: quantity {_show(text)} is out of range")
             scaled = number.scaleb(exponent)
     if scaled and scaled.adjusted() > MAX_EXPONENT:

@@ -164,13 +164,15 @@ def test_patch_escapes_slashes_in_keys() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_scoped_patch_equals_a_whole_pod_diff(name: str) -> None:
+def test_direct_patch_gives_the_same_pod_as_a_whole_pod_diff(name: str) -> None:
     pod = load(name)["request"]["object"]
     annotations = {"gpu-intent.io/intent-version": "v1", "gpu-intent.io/gpus": "1"}
     mutated = copy.deepcopy(pod)
     mutated["metadata"].setdefault("annotations", {}).update(annotations)
     full = jsonpatch.make_patch(pod, mutated)
-    assert make_annotation_patch(pod, annotations).patch == full.patch
+    direct = make_annotation_patch(pod, annotations)
+    assert direct.apply(pod) == full.apply(pod) == mutated
+    assert direct.apply(direct.apply(pod)) == mutated  # applying twice changes nothing more
 
 
 # --- annotations map shapes -----------------------------------------------------------
@@ -299,8 +301,9 @@ def test_users_invalid_gpus_annotation_is_replaced_with_a_warning() -> None:
     pod = gpu_pod({"name": "p", "annotations": {"gpu-intent.io/gpus": "lots"}})
     admission = admit(make_review(pod))
     assert admission.intent is not None and admission.intent.gpus == 1
-    assert [op["op"] for op in decode_patch(admission.response)
-            if op["path"].endswith("gpu-intent.io~1gpus")] == ["replace"]  # fmt: skip
+    # "add" on an existing member replaces its value (RFC 6902 section 4.1)
+    assert [(op["op"], op["value"]) for op in decode_patch(admission.response)
+            if op["path"].endswith("gpu-intent.io~1gpus")] == [("add", "1")]  # fmt: skip
     (warning,) = admission.response["response"]["warnings"]
     assert "gpu-intent.io/gpus: 'lots' is not a GPU count" in warning
 

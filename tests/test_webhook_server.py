@@ -148,7 +148,7 @@ async def test_uninferable_pod_is_allowed_with_a_warning(webhook: Webhook) -> No
 async def test_unexpected_exception_is_allowed_not_500(
     webhook: Webhook, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def boom(body: object) -> None:
+    def boom(body: object, **kwargs: object) -> None:
         raise RuntimeError("bug")
 
     monkeypatch.setattr(server, "admit", boom)
@@ -219,8 +219,19 @@ async def test_metrics_count_outcomes(webhook: Webhook) -> None:
     assert 'gpu_intent_webhook_reviews_total{outcome="malformed"} 1.0' in text
     assert 'gpu_intent_webhook_reviews_total{outcome="unchanged"} 0.0' in text
     assert 'gpu_intent_webhook_reviews_total{outcome="error_object"} 0.0' in text
-    assert "gpu_intent_webhook_review_seconds_count 4.0" in text
-    assert 'gpu_intent_webhook_review_seconds_bucket{le="0.0001"}' in text
+    assert 'gpu_intent_webhook_reviews_total{outcome="skipped"} 0.0' in text
+    assert 'gpu_intent_webhook_reviews_total{outcome="too_large"} 0.0' in text
+    assert 'gpu_intent_webhook_reviews_total{outcome="internal_error"} 0.0' in text
+    assert "gpu_intent_webhook_request_duration_seconds_count 4.0" in text
+    assert 'gpu_intent_webhook_request_duration_seconds_bucket{le="0.0005"}' in text
+    assert 'gpu_intent_webhook_request_duration_seconds_bucket{le="1.0"}' in text
+    assert (
+        'gpu_intent_webhook_intents_total{model="a100",source="hami+rule"} 1.0' in text
+    )
+    assert (
+        'gpu_intent_webhook_intents_total{model="a100",source="nodeSelector+resources"} 1.0'
+        in text
+    )
 
 
 def test_apps_do_not_share_metrics() -> None:

@@ -22,17 +22,21 @@ import jsonpatch
 
 from gpu_intent.intent import ANNOTATION_VERSION, Intent, IntentError
 from webhook.inference import infer
+from webhook.scope import Scope
 
 __all__ = [
     "API_VERSION",
+    "DEFAULT_SCOPE",
     "Admission",
     "AdmissionRequest",
     "AdmissionResponse",
     "AdmissionReview",
     "AdmissionReviewResponse",
+    "AnnotationPatch",
     "GroupVersionKind",
     "MalformedReview",
     "Outcome",
+    "Scope",
     "admit",
     "allowed_with_warning",
     "make_annotation_patch",
@@ -48,7 +52,20 @@ WARNING_PREFIX: Final = "gpu-intent: "
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 #: Metric label for what a review did (``gpu_intent_webhook_reviews_total{outcome}``).
-Outcome = Literal["patched", "unchanged", "not_gpu", "error_object", "malformed"]
+#: `admit` gives the first six; the server adds ``malformed`` (HTTP 400) and
+#: ``too_large`` (HTTP 413), and ``internal_error`` for an exception outside `admit`.
+Outcome = Literal[
+    "patched",
+    "unchanged",
+    "skipped",
+    "not_gpu",
+    "error_object",
+    "internal_error",
+    "malformed",
+    "too_large",
+]
+#: Namespaces and pods `admit` leaves alone when the caller gives no `Scope`.
+DEFAULT_SCOPE: Final = Scope()
 
 
 class GroupVersionKind(TypedDict):
@@ -113,11 +130,15 @@ class Admission:
     Attributes:
         response: the AdmissionReview to send back (``allowed`` is always true).
         outcome: metric label: ``patched``, ``unchanged`` (not a pod CREATE, or already
-            annotated), ``not_gpu`` or ``error_object`` (a warning, no patch).
+            annotated), ``skipped`` (out of `Scope`), ``not_gpu``, ``error_object`` (a
+            warning, no patch) or ``internal_error`` (a bug: a warning, no patch).
         pod: ``namespace/name`` of the pod, ``namespace/generateName*`` when it has no
             name yet, or ``""`` when the request is not about a pod.
-        detail: why there is no patch for ``error_object`` (the warning text), else ``""``.
+        detail: why there is no patch for ``skipped``, ``error_object`` and
+            ``internal_error`` (the warning text for the last two), else ``""``.
         intent: the intent written for ``patched``, else None.
+        error: the unexpected exception behind ``internal_error`` (for the log's
+            traceback), else None.
     """
 
     response: AdmissionReviewResponse
@@ -125,6 +146,7 @@ class Admission:
     pod: str = ""
     detail: str = ""
     intent: Intent | None = None
+    error: Exception | None = None
 
 
 def _response(uid: str, **extra: Any) -> AdmissionReviewResponse:
@@ -192,88 +214,88 @@ def pod_reference(request: Mapping[str, Any]) -> str:
     if not name and metadata.get("generateName"):
         name = f"{metadata['generateName']}*"
     text = f"{namespace}/{name or '?'}"[:200]  # not yet validated: may hold anything
+    if text.isprintable():
+        return text
     return "".join(c if c.isprintable() else "?" for c in text)
 
 
-def _copy_metadata(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``pod`` sharing everything but ``metadata`` and its ``annotations``."""
-    copy = dict(pod)
-    metadata = pod.get("metadata")
-    if isinstance(metadata, dict):
-        copy["metadata"] = metadata = dict(metadata)
-        if isinstance(metadata.get("annotations"), dict):
-            metadata["annotations"] = dict(metadata["annotations"])
-    return copy
+def _pointer_token(key: str) -> str:
+    """``key`` as one JSON Pointer reference token (RFC 6901: ``~`` -> ``~0``, ``/`` -> ``~1``)."""
+    return key.replace("~", "~0").replace("/", "~1")
 
 
-def _annotated(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> dict[str, Any]:
-    """A copy of ``pod`` with ``annotations`` added (the map created when absent or null)."""
-    mutated = _copy_metadata(pod)
-    if not isinstance(mutated.get("metadata"), dict):
-        mutated["metadata"] = {}
-    metadata = mutated["metadata"]
-    if not isinstance(metadata.get("annotations"), dict):
-        metadata["annotations"] = {}
-    metadata["annotations"].update(annotations)
-    return mutated
+class AnnotationPatch(jsonpatch.JsonPatch):
+    """A `jsonpatch.JsonPatch` of the ``add`` operations `make_annotation_patch` built.
 
-
-def _scope(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of ``pod`` that `_annotated` can change: ``metadata.annotations``.
-
-    ``make_patch(_scope(pod), _scope(mutated))`` gives the same patch as diffing the whole
-    pods (everything else is identical) without walking the spec: a review of a captured
-    fixture takes about 0.1 ms instead of 0.4 ms.
+    ``patch`` is the list of operations, each ``{"op": "add", "path": <JSON Pointer>,
+    "value": ...}``. The operations are right by construction, so the constructor skips
+    ``JsonPatch``'s per-operation validation (about 20 us of a 100 us review); applying
+    the patch still validates, and the tests apply every patch they see.
     """
-    if "metadata" not in pod:
-        return {}
-    metadata = pod["metadata"]
-    if not isinstance(metadata, dict):
-        return {"metadata": metadata}
-    return {"metadata": {"annotations": metadata["annotations"]} if "annotations" in metadata
-            else {}}  # fmt: skip
+
+    def __init__(self, operations: list[dict[str, Any]]) -> None:
+        self.pointer_cls = jsonpatch.JsonPointer
+        self.patch = operations
 
 
 def make_annotation_patch(
     pod: Mapping[str, Any], annotations: Mapping[str, str]
-) -> jsonpatch.JsonPatch:
-    """The RFC 6902 patch that adds ``annotations`` to ``pod`` (JSON Pointer escaped).
+) -> AnnotationPatch:
+    """The RFC 6902 patch that adds ``annotations`` to ``pod``, built directly.
 
-    Made by ``jsonpatch.make_patch`` between the pod and the annotated pod, so it creates
-    ``/metadata/annotations`` when the map is absent and replaces it when it is null.
+    Every operation is an ``add`` under ``/metadata/annotations``: one per key whose
+    value differs from the pod's (JSON Pointer escaped; an existing key's value is
+    replaced, RFC 6902 section 4.1) when the map exists, else one that sets the whole map (absent or ``null``), or ``/metadata``
+    itself when the pod has no metadata (absent or ``null``). So the patch always applies
+    to ``pod``, changes nothing but ``metadata.annotations``, and applying it twice gives
+    the same pod as once.
 
     Raises:
-        IntentError: the patch does not turn ``pod`` into the annotated pod (a patch that
-            fails to apply makes the apiserver reject the pod, even with ``failurePolicy:
-            Ignore``).
+        IntentError: ``metadata`` or ``metadata.annotations`` is present but not an object
+            (not a pod the apiserver would send; no patch could add to it safely).
     """
-    mutated = _annotated(pod, annotations)
-    patch = jsonpatch.make_patch(_scope(pod), _scope(mutated))
-    probe = _copy_metadata(pod)  # patch paths are all under /metadata: apply in place
-    try:
-        applied = jsonpatch.apply_patch(probe, patch, in_place=True)
-    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
-        raise IntentError(f"the patch would not apply: {e}") from e
-    if applied != mutated:
-        raise IntentError("the patch would not give the annotated pod")
-    return patch
+    values = dict(annotations)
+    metadata = pod.get("metadata")
+    ops: list[dict[str, Any]]
+    if metadata is None:
+        ops = [{"op": "add", "path": "/metadata", "value": {"annotations": values}}]
+    elif not isinstance(metadata, dict):
+        raise IntentError(f"metadata is {type(metadata).__name__}, not an object")
+    else:
+        existing = metadata.get("annotations")
+        if existing is None:
+            ops = [{"op": "add", "path": "/metadata/annotations", "value": values}]
+        elif not isinstance(existing, dict):
+            raise IntentError(
+                f"metadata.annotations is {type(existing).__name__}, not an object"
+            )
+        else:
+            ops = [
+                {"op": "add", "path": "/metadata/annotations/" + _pointer_token(k), "value": v}
+                for k, v in values.items()
+                if existing.get(k) != v  # a value already there (a user's own) is left alone
+            ]
+    return AnnotationPatch(ops)
 
 
-def admit(body: object) -> Admission:
+def admit(body: object, *, scope: Scope = DEFAULT_SCOPE) -> Admission:
     """Review one AdmissionReview request body (parsed JSON) and decide the response.
 
-    Not a Pod CREATE, or a pod already carrying ``gpu-intent.io/intent-version``: no
-    patch. A pod with no GPU demand (`infer` gives no intent): no patch. A pod whose
-    fields cannot be read (`IntentError`): no patch and a warning. Otherwise a JSON patch
-    that adds the `Intent` annotations (creating ``metadata.annotations`` when absent or
-    null), checked to apply to the pod before it is returned. The inference's warnings
-    (a part left out, an ambiguity resolved by rule) go into ``response.warnings``.
-    ``request.dryRun`` changes nothing (the webhook has no side effects).
+    Not a Pod CREATE: no patch (``unchanged``). A pod out of ``scope`` (its namespace is
+    skipped, or it is a gpu-intent trigger pod): no patch (``skipped``). A pod already
+    carrying ``gpu-intent.io/intent-version``: no patch (``unchanged``). A pod with no
+    GPU demand (`infer` gives no intent): no patch (``not_gpu``). A pod whose fields
+    cannot be read (`IntentError`): no patch and a warning (``error_object``). Otherwise
+    a JSON patch (`make_annotation_patch`) that adds the `Intent` annotations. The
+    inference's warnings (a part left out, an ambiguity resolved by rule) go into
+    ``response.warnings``. Any other exception is a bug: no patch, a warning, outcome
+    ``internal_error`` and the exception in `Admission.error`. ``request.dryRun`` changes
+    nothing (the webhook has no side effects).
 
     Raises:
         MalformedReview: ``body`` is not a dict with ``apiVersion: admission.k8s.io/v1``,
             ``kind: AdmissionReview``, a ``request`` object with a non-empty string ``uid``,
-            and, for a Pod CREATE, an object ``request.object``.
+            and, for a Pod CREATE, an object ``request.object``. Nothing else is raised.
     """
     request = _validate(body)["request"]
     uid = request["uid"]
@@ -281,6 +303,20 @@ def admit(body: object) -> Admission:
         return Admission(_response(uid), "unchanged")
     pod: dict[str, Any] = request["object"]  # type: ignore[assignment]  # _validate checked
     ref = pod_reference(request)
+    try:
+        return _admit_pod(request, pod, uid, ref, scope)
+    except Exception as e:  # a bug: never block the pod, never escape
+        reason = f"internal error, pod not annotated: {type(e).__name__}: {e}"
+        return Admission(allowed_with_warning(uid, reason), "internal_error", ref, reason, error=e)
+
+
+def _admit_pod(
+    request: AdmissionRequest, pod: dict[str, Any], uid: str, ref: str, scope: Scope
+) -> Admission:
+    """`admit` for a Pod CREATE whose review is valid."""
+    skipped = scope.skip_reason(request, pod)
+    if skipped is not None:
+        return Admission(_response(uid), "skipped", ref, skipped)
     metadata = pod.get("metadata")
     existing = metadata.get("annotations") if isinstance(metadata, dict) else None
     if isinstance(existing, dict) and ANNOTATION_VERSION in existing:
@@ -304,10 +340,10 @@ def admit(body: object) -> Admission:
     return Admission(response, "patched", ref, intent=intent)
 
 
-def review(body: object) -> AdmissionReviewResponse:
+def review(body: object, *, scope: Scope = DEFAULT_SCOPE) -> AdmissionReviewResponse:
     """`admit` without the bookkeeping: the AdmissionReview response for ``body``.
 
     Raises:
-        MalformedReview: as `admit`.
+        MalformedReview: as `admit` (and nothing else).
     """
-    return admit(body).response
+    return admit(body, scope=scope).response

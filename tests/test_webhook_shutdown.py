@@ -1,0 +1,119 @@
+"""SIGTERM to a real ``gpu-intent webhook`` process: it stops accepting, finishes the
+requests in progress (on kept-alive connections too) and exits 0."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import ssl
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from webhook_support import closed_by_peer, connect, load, read_answer, request_bytes
+
+from certs import write_tls_files
+
+
+def free_port() -> int:
+    from test_webhook_server import free_port as free
+
+    return free()
+
+
+@dataclass
+class Process:
+    proc: asyncio.subprocess.Process
+    port: int
+    client: ssl.SSLContext
+
+
+@pytest.fixture
+async def webhook(tmp_path: Path) -> AsyncIterator[Process]:
+    tls = write_tls_files(tmp_path / "tls", ["localhost"], ["127.0.0.1"])
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gpu_intent",
+        "webhook",
+        f"--listen=127.0.0.1:{port}",
+        f"--tls-cert-file={tls.cert}",
+        f"--tls-key-file={tls.key}",
+        "--shutdown-timeout=10",
+        stderr=asyncio.subprocess.PIPE,
+    )
+    client = ssl.create_default_context(cafile=str(tls.ca_cert))
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                reader, writer = await connect(port, client)
+                writer.write(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                answer = await read_answer(reader)
+                writer.close()
+                if answer.status == 200:
+                    break
+            except OSError:
+                pass
+            assert proc.returncode is None and time.monotonic() < deadline, "never ready"
+            await asyncio.sleep(0.1)
+        yield Process(proc, port, client)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_sigterm_finishes_requests_in_progress_then_exits(webhook: Process) -> None:
+    body = json.dumps(load("02-hami-gpumem-annotated.json")).encode()
+    full = request_bytes(body)
+    split = full.index(b"\r\n\r\n") + 4 + len(body) // 2
+
+    # A: a kept-alive connection whose second request is half sent when SIGTERM comes
+    reader_a, writer_a = await connect(webhook.port, webhook.client)
+    writer_a.write(full)
+    assert (await read_answer(reader_a)).status == 200
+    writer_a.write(full[:split])
+    await writer_a.drain()
+    # B: a kept-alive connection, idle
+    reader_b, writer_b = await connect(webhook.port, webhook.client)
+    writer_b.write(full)
+    assert (await read_answer(reader_b)).status == 200
+    await asyncio.sleep(0.2)
+
+    webhook.proc.send_signal(signal.SIGTERM)
+    await asyncio.sleep(0.5)
+
+    with pytest.raises(ConnectionRefusedError):  # no longer accepting
+        await connect(webhook.port, webhook.client)
+    assert await closed_by_peer(reader_b, within=3.0)  # idle: closed
+    assert webhook.proc.returncode is None  # still finishing A's request
+
+    writer_a.write(full[split:])
+    answer = await read_answer(reader_a)
+    assert answer.status == 200
+    assert answer.headers["connection"] == "close"
+    assert answer.json()["response"]["patchType"] == "JSONPatch"
+    assert await closed_by_peer(reader_a, within=3.0)
+
+    code = await asyncio.wait_for(webhook.proc.wait(), 10)
+    assert webhook.proc.stderr is not None
+    log = (await webhook.proc.stderr.read()).decode()
+    assert code == 0, log
+    assert "webhook stopping: finishing requests in progress" in log
+    assert "webhook stopped" in log
+    assert "Traceback" not in log
+    for writer in (writer_a, writer_b):
+        writer.close()
+
+
+async def test_sigterm_with_nothing_in_progress_exits_at_once(webhook: Process) -> None:
+    started = time.monotonic()
+    webhook.proc.send_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(webhook.proc.wait(), 10) == 0
+    assert time.monotonic() - started < 3

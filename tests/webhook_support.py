@@ -1,0 +1,150 @@
+"""Helpers for the webhook's serving tests: raw HTTP/1.1 over TLS, and a Secret volume laid
+out and rotated the way the kubelet does it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from certs import write_tls_files
+
+FIXTURES = Path(__file__).parent / "fixtures" / "admission-reviews"
+
+
+def load(name: str) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads((FIXTURES / name).read_text())
+    return body
+
+
+def request_bytes(body: bytes, path: str = "/mutate?timeout=10s", close: bool = False) -> bytes:
+    """A complete ``POST`` with ``body`` as HTTP/1.1 bytes."""
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n" + ("Connection: close\r\n" if close else "") + "\r\n"
+    )
+    return head.encode() + body
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+async def read_answer(reader: asyncio.StreamReader) -> Answer:
+    """One HTTP/1.1 response with a Content-Length body."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        if ":" in line:
+            key, value = line.split(":", 1)
+            headers[key.strip().lower()] = value.strip()
+    body = await reader.readexactly(int(headers.get("content-length", "0")))
+    return Answer(status, headers, body)
+
+
+async def connect(
+    port: int, context: ssl.SSLContext
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection(
+        "127.0.0.1", port, ssl=context, server_hostname="localhost"
+    )
+
+
+async def closed_by_peer(reader: asyncio.StreamReader, within: float) -> bool:
+    """Whether the server closes the connection within ``within`` seconds."""
+    try:
+        async with asyncio.timeout(within):
+            while True:
+                if not await reader.read(65536):
+                    return True
+    except (ConnectionError, ssl.SSLError):
+        return True
+    except TimeoutError:
+        return False
+
+
+class SecretVolume:
+    """A directory laid out like a Secret volume the kubelet mounted: ``tls.crt`` and
+    ``tls.key`` are symlinks to ``..data/<file>``, ``..data`` a symlink to a timestamped
+    directory. `rotate` writes a new timestamped directory and swaps ``..data`` with an
+    atomic rename of a new symlink, as kubelet's AtomicWriter does
+    (``pkg/volume/util/atomic_writer.go``); no file named ``tls.crt`` changes."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.generation = 0
+        self.cas: list[bytes] = []
+
+    @property
+    def cert(self) -> str:
+        return str(self.root / "tls.crt")
+
+    @property
+    def key(self) -> str:
+        return str(self.root / "tls.key")
+
+    def new_pair(self) -> Path:
+        """A new CA and serving pair, in a scratch directory (the CA is remembered)."""
+        out = self.root.parent / f"pair-{len(self.cas)}"
+        files = write_tls_files(out, ["localhost"], ["127.0.0.1"])
+        self.cas.append(files.ca_cert.read_bytes())
+        return out
+
+    def rotate(self, cert: bytes, key: bytes) -> None:
+        self.generation += 1
+        stamp = f"..2026_01_01_00_00_{self.generation:02d}.{os.getpid()}"
+        target = self.root / stamp
+        target.mkdir()
+        (target / "tls.crt").write_bytes(cert)
+        (target / "tls.key").write_bytes(key)
+        old = (self.root / "..data").resolve() if (self.root / "..data").exists() else None
+        tmp = self.root / "..data_tmp"
+        os.symlink(stamp, tmp)
+        os.rename(tmp, self.root / "..data")  # the atomic swap
+        for name in ("tls.crt", "tls.key"):
+            if not (self.root / name).is_symlink():
+                os.symlink(f"..data/{name}", self.root / name)
+        if old is not None:
+            shutil.rmtree(old)
+
+    @staticmethod
+    def files(pair: Path) -> tuple[bytes, bytes]:
+        """The certificate and key of a pair directory from `new_pair`."""
+        return (pair / "tls.crt").read_bytes(), (pair / "tls.key").read_bytes()
+
+    def current(self) -> tuple[bytes, bytes]:
+        """The certificate and key the volume holds now."""
+        return Path(self.cert).read_bytes(), Path(self.key).read_bytes()
+
+    def rotate_to_new_pair(self) -> None:
+        out = self.new_pair()
+        self.rotate((out / "tls.crt").read_bytes(), (out / "tls.key").read_bytes())
+
+    def trust_all(self) -> ssl.SSLContext:
+        """A client context trusting every CA this volume has held."""
+        context = ssl.create_default_context()
+        context.load_verify_locations(cadata="".join(ca.decode() for ca in self.cas))
+        return context
+
+
+def serial_of(writer: asyncio.StreamWriter) -> int:
+    """The serial number of the certificate the server presented."""
+    from cryptography import x509
+
+    ssl_object = writer.get_extra_info("ssl_object")
+    der = ssl_object.getpeercert(binary_form=True)
+    return x509.load_der_x509_certificate(der).serial_number
