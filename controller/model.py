@@ -521,6 +521,19 @@ def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
     return {"metadata": slim_meta, "spec": slim_spec, "status": slim_status}
 
 
+def slim_trigger(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What the trigger cache keeps of a trigger pod: what `parse_trigger` reads (its
+    identity, the gpu-intent annotations but the informational ``serves`` list, container
+    resources, ``schedulerName``, ``nodeName``, the ``PodScheduled`` condition), not its
+    required node affinity (up to 100 excluded nodes and its marker) or tolerations, so
+    5,000 cached triggers cost a few MiB, not the ~60 MiB of their full bodies. Pure."""
+    slim = slim_pod(obj)
+    slim["metadata"]["annotations"].pop(ANNOTATION_SERVES, None)
+    slim["spec"].pop("affinity", None)
+    slim["spec"].pop("nodeSelector", None)
+    return slim
+
+
 def parse_pending_pod(
     obj: Mapping[str, Any], nodepool_keys: set[str]
 ) -> PendingPod | InvalidPod | None:

@@ -36,6 +36,7 @@ from controller.model import (
     parse_trigger,
     slim_node,
     slim_pod,
+    slim_trigger,
 )
 from controller.plan import Snapshot
 from gpu_intent.intent import (
@@ -151,10 +152,12 @@ class ClusterState:
 
     @staticmethod
     def _kept(kind: str, obj: Obj) -> Obj:
-        """What the cache keeps of ``obj``: pending pods and nodes are slimmed
-        (`slim_pod`, `slim_node`)."""
+        """What the cache keeps of ``obj``: pending pods, triggers and nodes are slimmed
+        (`slim_pod`, `slim_trigger`, `slim_node`)."""
         if kind == PENDING_PODS:
             return slim_pod(obj)
+        if kind == TRIGGERS:
+            return slim_trigger(obj)
         return slim_node(obj) if kind == NODES else obj
 
     def keeper(self, kind: str) -> Callable[[Obj], Obj]:

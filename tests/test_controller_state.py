@@ -179,6 +179,34 @@ def test_the_cache_keeps_slim_pods_that_parse_as_the_full_ones() -> None:
     assert model.parse_pending_pod(slim, keys) == model.parse_pending_pod(full, keys)
 
 
+def test_the_cache_keeps_slim_triggers_that_parse_as_the_full_ones() -> None:
+    """A trigger as the controller creates it (100 excluded nodes, a long ``serves``
+    list), then marked: the cache keeps a fraction of it, and it parses the same."""
+    from controller.model import GroupKey, NodePoolInfo, PodRef
+    from controller.triggers import TriggerSettings, condition_patch, trigger_pod
+
+    serves = [PodRef("ml", f"pod-{i}", f"u-{i}") for i in range(40)]
+    full = trigger_pod(
+        GroupKey("gpu", "l4"),
+        2,
+        NodePoolInfo("gpu", 0, True, (), {}, ()),
+        serves,
+        TriggerSettings(namespace="gi"),
+        name="gi-gpu-l4-abc",
+        exclude_nodes=tuple(f"ip-10-0-0-{i}.ec2.internal" for i in range(100)),
+        cpu_millis=500,
+        memory_bytes=2**30,
+    )
+    full["metadata"].update(uid="t-1", resourceVersion="7", creationTimestamp="2026-11-21T12:00:00Z")
+    full["status"] = condition_patch("2026-11-21T12:00:00Z")["status"]
+    slim = model.slim_trigger(full)
+    assert len(json.dumps(slim)) < len(json.dumps(full)) / 4
+    assert model.parse_trigger(slim) == model.parse_trigger(full) is not None
+    state = ClusterState(Clock())
+    state.replace(TRIGGERS, [full])
+    assert state.current(TRIGGERS, ("gi", "gi-gpu-l4-abc")) == slim
+
+
 def test_a_pass_reparses_only_changed_pods_and_all_when_nodepools_change(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
