@@ -303,14 +303,7 @@ def test_the_nodeclaim_carrying_a_triggers_marker_is_its_link_without_any_event(
         ("gi-1", "nc-for-both"),
         ("gi-2", "nc-for-both"),
     ]
-    # Still launching: Karpenter keeps simulating both onto it (no node to exclude yet).
-    assert {m.node_claim for m in result.marks} == {None}
-    registered = nodeclaim(
-        "nc-for-both", "gpu-standard", gpus=2, model="l4", marked=["gi-1", "gi-2"], node="n-1"
-    )
-    snap = snapshot(pods, triggers=triggers, claims=[registered, other])
-    has_node = plan(snap, CONFIG)
-    assert {m.node_claim for m in has_node.marks} == {"nc-for-both"}  # Karpenter: hands off
+    assert {m.node_claim for m in result.marks} == {"nc-for-both"}  # Karpenter: hands off
     assert {(s.status.phase, s.status.node_claim) for s in result.statuses} == {
         (PROVISIONING, "nc-for-both")
     }
@@ -546,6 +539,34 @@ def test_a_trigger_asks_for_the_cpu_and_memory_of_the_pods_it_stands_for() -> No
     assert (requests["cpu"], requests["memory"]) == ("10m", str(16 * 1024**2))
 
 
+def test_linked_triggers_stay_unschedulable_while_one_of_their_kind_waits() -> None:
+    """Karpenter counts a launching NodeClaim's GPUs as taken only by the pending pods it
+    simulates onto it each batch: while a trigger of the same model and pool waits for a
+    NodeClaim, the triggers linked to launching NodeClaims stay Unschedulable (marked,
+    their GPUs would look free and the waiting one be nominated onto them); a NodeClaim
+    with a node is excluded from new triggers, so its triggers are marked regardless."""
+    pods = [gpu_pod("a", "1", model="l4"), gpu_pod("b", "1", model="l4")]
+    first = plan(snapshot(pods), CONFIG)
+    triggers = [live_trigger(first, 0, name="gi-1"), live_trigger(first, 1, name="gi-2")]
+    for t in triggers:
+        t["status"] = condition_patch(T0)["status"]
+    launching = nodeclaim("nc-1", "gpu-standard", model="l4", launched=True, marked=["gi-1"])
+    waits = plan(snapshot(pods, triggers=triggers, claims=[launching]), CONFIG)
+    assert [(link.ref.name, link.node_claim) for link in waits.links] == [("gi-1", "nc-1")]
+    assert waits.marks == ()  # gi-2 waits: gi-1 stays Unschedulable, counted on nc-1
+    registered = nodeclaim(
+        "nc-1", "gpu-standard", model="l4", launched=True, marked=["gi-1"], node="n-1"
+    )
+    has_node = plan(snapshot(pods, triggers=triggers, claims=[registered]), CONFIG)
+    assert [(m.ref.name, m.node_claim) for m in has_node.marks] == [("gi-1", "nc-1")]
+    both = nodeclaim("nc-2", "gpu-standard", model="l4", launched=True, marked=["gi-2"])
+    none_wait = plan(snapshot(pods, triggers=triggers, claims=[launching, both]), CONFIG)
+    assert sorted((m.ref.name, m.node_claim) for m in none_wait.marks) == [
+        ("gi-1", "nc-1"),
+        ("gi-2", "nc-2"),
+    ]
+
+
 def test_triggers_are_non_binding_by_default_and_marked_unschedulable() -> None:
     [create] = plan(snapshot([gpu_pod("a", "1", model="l4")]), CONFIG).creates
     assert create.body["spec"]["schedulerName"] == NON_BINDING_SCHEDULER  # type: ignore[index]
@@ -557,14 +578,10 @@ def test_triggers_are_non_binding_by_default_and_marked_unschedulable() -> None:
     trigger["status"] = condition_patch(T0)["status"]
     marked = plan(snapshot([gpu_pod("a", "1", model="l4")], triggers=[trigger]), CONFIG)
     assert marked.marks == ()
-    # While its NodeClaim launches, Karpenter must keep counting it there (a trigger
-    # taken out of its pending set would leave those GPUs looking free to new triggers);
-    # once the NodeClaim has a node, Karpenter is told to leave it alone ...
+    # Once its NodeClaim is known, Karpenter is told to leave it alone ...
     trigger["metadata"]["annotations"]["gpu-intent.io/nodeclaim"] = "nc-1"
     launching = nodeclaim("nc-1", "gpu-standard", model="l4", launched=True)
     pods = [gpu_pod("a", "1", model="l4")]
-    assert plan(snapshot(pods, triggers=[trigger], claims=[launching]), CONFIG).marks == ()
-    launching = nodeclaim("nc-1", "gpu-standard", model="l4", launched=True, node="n-1")
     linked = plan(snapshot(pods, triggers=[trigger], claims=[launching]), CONFIG)
     assert [(m.node_claim) for m in linked.marks] == ["nc-1"]
     trigger["status"] = condition_patch(T0, "nc-1")["status"]
