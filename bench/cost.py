@@ -743,6 +743,7 @@ async def run_side(
             timings,
             controller=controller,
             scheduler_resync_seconds=scheduler_resync_seconds,
+            processes=True,
         ) as s:
             loop = asyncio.get_running_loop()
             start = loop.time()

@@ -543,42 +543,18 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
 
     live = [t for t in snapshot.triggers if not t.deleting]
     links = link_claims(live, claims, snapshot.nominations)
-    trigger_kind = {t.ref: (t.model, t.pool) for t in live}
     link_actions = tuple(
         LinkTrigger(t.ref, name)
         for t in live
         if (name := links.get(t.ref)) is not None and name != t.node_claim
     )
-    # A linked trigger is marked (Karpenter leaves it alone) as soon as it is linked,
-    # unless a trigger of its model and pool still waits for a NodeClaim and its own one
-    # has no node yet: Karpenter counts an in-flight NodeClaim's capacity as taken only by
-    # the pending pods it simulates onto it again each batch (existing nodes' Available()
-    # subtracts bound pods alone, pkg/controllers/state/statenode.go), so marking would
-    # leave those GPUs looking free and the waiting trigger would be nominated onto them
-    # instead of getting its own. Once the node exists it is excluded from new triggers
-    # (`excluded_nodes`) and the trigger is marked whatever waits, before the node is
-    # Ready and pods can take its GPUs.
-    # Waiting is judged per (model, pool), a `partition`: Karpenter can only nominate a
-    # trigger onto NodeClaims its GPU model requirement allows.
-    waiting = {
-        (t.model, t.pool)
-        for t in live
-        if not t.binding and not t.node_name and links.get(t.ref) is None
-    }
-    linked_to = {
-        ref: name
-        for ref, name in links.items()
-        if name is not None
-        and (claim := claims.get(name)) is not None
-        and (claim.node_name or trigger_kind.get(ref) not in waiting)
-    }
     marks = tuple(
         MarkTrigger(t.ref, linked)
         for t in live
         if not t.binding
         and not t.node_name
         and t.condition_reason
-        != ("Unschedulable" if (linked := linked_to.get(t.ref)) is None else LINKED_REASON)
+        != ("Unschedulable" if (linked := links.get(t.ref)) is None else LINKED_REASON)
     )
     by_group: dict[GroupKey, list[TriggerInfo]] = defaultdict(list)
     for trigger in live:

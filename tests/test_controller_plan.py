@@ -539,34 +539,6 @@ def test_a_trigger_asks_for_the_cpu_and_memory_of_the_pods_it_stands_for() -> No
     assert (requests["cpu"], requests["memory"]) == ("10m", str(16 * 1024**2))
 
 
-def test_linked_triggers_stay_unschedulable_while_one_of_their_kind_waits() -> None:
-    """Karpenter counts a launching NodeClaim's GPUs as taken only by the pending pods it
-    simulates onto it each batch: while a trigger of the same model and pool waits for a
-    NodeClaim, the triggers linked to launching NodeClaims stay Unschedulable (marked,
-    their GPUs would look free and the waiting one be nominated onto them); a NodeClaim
-    with a node is excluded from new triggers, so its triggers are marked regardless."""
-    pods = [gpu_pod("a", "1", model="l4"), gpu_pod("b", "1", model="l4")]
-    first = plan(snapshot(pods), CONFIG)
-    triggers = [live_trigger(first, 0, name="gi-1"), live_trigger(first, 1, name="gi-2")]
-    for t in triggers:
-        t["status"] = condition_patch(T0)["status"]
-    launching = nodeclaim("nc-1", "gpu-standard", model="l4", launched=True, marked=["gi-1"])
-    waits = plan(snapshot(pods, triggers=triggers, claims=[launching]), CONFIG)
-    assert [(link.ref.name, link.node_claim) for link in waits.links] == [("gi-1", "nc-1")]
-    assert waits.marks == ()  # gi-2 waits: gi-1 stays Unschedulable, counted on nc-1
-    registered = nodeclaim(
-        "nc-1", "gpu-standard", model="l4", launched=True, marked=["gi-1"], node="n-1"
-    )
-    has_node = plan(snapshot(pods, triggers=triggers, claims=[registered]), CONFIG)
-    assert [(m.ref.name, m.node_claim) for m in has_node.marks] == [("gi-1", "nc-1")]
-    both = nodeclaim("nc-2", "gpu-standard", model="l4", launched=True, marked=["gi-2"])
-    none_wait = plan(snapshot(pods, triggers=triggers, claims=[launching, both]), CONFIG)
-    assert sorted((m.ref.name, m.node_claim) for m in none_wait.marks) == [
-        ("gi-1", "nc-1"),
-        ("gi-2", "nc-2"),
-    ]
-
-
 def test_triggers_are_non_binding_by_default_and_marked_unschedulable() -> None:
     [create] = plan(snapshot([gpu_pod("a", "1", model="l4")]), CONFIG).creates
     assert create.body["spec"]["schedulerName"] == NON_BINDING_SCHEDULER  # type: ignore[index]
