@@ -39,6 +39,7 @@ from sim.catalog import (
     format_resources,
     offering_requirements,
 )
+from sim.disruption import Emptiness
 from sim.events import EventRecorder
 from sim.nodeclaims import ExistingNode, KarpenterTimings, Lifecycle
 from sim.podview import PodView
@@ -605,6 +606,12 @@ class KarpenterSim:
                 timings.unavailable_offerings_ttl_seconds, clock
             ),
         )
+        self._emptiness = Emptiness(store, timings, clock)
+
+    @property
+    def emptiness(self) -> Emptiness:
+        """Emptiness consolidation; set its ``enabled`` to turn it on (off by default)."""
+        return self._emptiness
 
     @property
     def lifecycle(self) -> Lifecycle:
@@ -643,6 +650,8 @@ class KarpenterSim:
         if self._batcher.take(now):
             self._provision()
         due = [t for _, t in self._requeue.values()]
+        if (empty := self._emptiness.reconcile()) is not None:
+            due.append(now + empty)
         if self._batcher.deadline is not None:
             due.append(self._batcher.deadline)
         return max(0.0, min(due) - now) if due else None
@@ -757,7 +766,10 @@ class KarpenterSim:
 
     def _nominate(self, pod: Obj, nodeclaim: str | None, node: str | None) -> None:
         """``NominatePodEvent``: deduped per pod for 2 minutes, then rate limited
-        (``PodNominationRateLimiter``: 5 per second, burst 10)."""
+        (``PodNominationRateLimiter``: 5 per second, burst 10). The nomination itself
+        (``Cluster.NominateNodeForPod``, which protects the node from disruption) is
+        recorded every time."""
+        self._emptiness.nominate(nodeclaim, node)
         if not self._dedupe_ok("Nominated", pod, 120.0):
             return
         now = self._clock()

@@ -112,6 +112,9 @@ class KarpenterTimings:
     #: this long after Registered's (``registrationTimeout``, 15 min), is deleted.
     launch_timeout_seconds: float = 300.0
     registration_timeout_seconds: float = 900.0
+    #: ``disruption/emptiness.go``: an empty candidate is re-validated this long after it
+    #: was found (``consolidationTTL``, 15 s) before it is disrupted (`sim.disruption`).
+    consolidation_validation_seconds: float = 15.0
 
     def scaled(self, factor: float) -> KarpenterTimings:
         """Every delay multiplied by ``factor``."""

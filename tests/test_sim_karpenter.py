@@ -20,6 +20,7 @@ import pytest
 
 from sim import crds
 from sim.catalog import ZONES, by_name
+from sim.disruption import parse_duration
 from sim.karpenter import (
     Batcher,
     KarpenterSim,
@@ -1082,3 +1083,78 @@ async def test_a_nodepool_at_its_limits_launches_nothing_and_says_so() -> None:
         "Warning",
         "Failed to schedule pod, all available instance types exceed limits for nodepool",
     )
+
+
+# -- emptiness consolidation ----------------------------------------------------------
+
+
+def consolidating_pool(after: str) -> Obj:
+    pool = nodepool("gpu", expr(GPU_NAME, "Exists"))
+    pool["spec"]["disruption"] = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": after}
+    return pool
+
+
+async def provisioned_then_emptied(store: Store, sim: KarpenterSim) -> dict[str, Any]:
+    """A node provisioned for pod a, whose pod then goes away; returns its NodeClaim."""
+    add_pods(store, pod("a", gpus=1, selector=T4))
+    [claim] = await wait_for(store, lambda: [c for c in objects(store, NODECLAIMS) if ready(c)])
+    store.delete(PODS, "default", "a")
+    return claim
+
+
+EMPTINESS = dataclasses.replace(FAST, consolidation_validation_seconds=0.5)
+
+
+async def test_an_empty_node_is_removed_after_consolidate_after_and_validation() -> None:
+    store = new_store(consolidating_pool("1s"))
+    store.create(NAMESPACES, {"metadata": {"name": "kube-system"}})  # DaemonSet pods
+    async with running(store, EMPTINESS) as sim:
+        sim.emptiness.enabled = True
+        claim = await provisioned_then_emptied(store, sim)
+        [node] = objects(store, NODES)
+        # DaemonSet pods (the device plugin) do not count: the node is empty.
+        assert [p["spec"]["nodeName"] for p in objects(store, PODS)] == [node["metadata"]["name"]]
+        await asyncio.sleep(1.0)  # < consolidateAfter 1 s + validation 0.5 s
+        assert [c["metadata"]["name"] for c in objects(store, NODECLAIMS)] == [
+            claim["metadata"]["name"]
+        ]
+        await wait_for(store, lambda: not objects(store, NODECLAIMS) and not objects(store, NODES))
+
+
+@pytest.mark.parametrize("blocker", ["switch off", "Never", "node do-not-disrupt", "nominated"])
+async def test_an_empty_node_is_kept(blocker: str) -> None:
+    store = new_store(consolidating_pool("Never" if blocker == "Never" else "0s"))
+    async with running(store, EMPTINESS) as sim:
+        sim.emptiness.enabled = blocker != "switch off"
+        if blocker == "nominated":  # a pending pod keeps being nominated to the node
+            add_pods(store, pod("a", gpus=1, selector=T4))
+            await wait_for(store, lambda: [c for c in objects(store, NODECLAIMS) if ready(c)])
+        else:
+            await provisioned_then_emptied(store, sim)
+        if blocker == "node do-not-disrupt":
+            [node] = objects(store, NODES)
+            store.mutate(
+                NODES,
+                None,
+                node["metadata"]["name"],
+                lambda n: (
+                    n["metadata"]
+                    .setdefault("annotations", {})
+                    .update({"karpenter.sh/do-not-disrupt": "true"})
+                ),
+            )
+        await asyncio.sleep(1.5)  # three validation periods, several nomination windows
+        assert len(objects(store, NODECLAIMS)) == 1 and len(objects(store, NODES)) == 1
+
+
+def test_parse_duration() -> None:
+    assert [parse_duration(v) for v in ("0s", "30s", "1m30s", "1h", "500ms", "Never")] == [
+        0.0,
+        30.0,
+        90.0,
+        3600.0,
+        0.5,
+        None,
+    ]
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration("5 minutes")
