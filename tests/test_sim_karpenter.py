@@ -1121,7 +1121,9 @@ async def test_an_empty_node_is_removed_after_consolidate_after_and_validation()
         await wait_for(store, lambda: not objects(store, NODECLAIMS) and not objects(store, NODES))
 
 
-@pytest.mark.parametrize("blocker", ["switch off", "Never", "node do-not-disrupt", "nominated"])
+@pytest.mark.parametrize(
+    "blocker", ["switch off", "Never", "node do-not-disrupt", "pod do-not-disrupt", "nominated"]
+)
 async def test_an_empty_node_is_kept(blocker: str) -> None:
     store = new_store(consolidating_pool("Never" if blocker == "Never" else "0s"))
     async with running(store, EMPTINESS) as sim:
@@ -1143,6 +1145,14 @@ async def test_an_empty_node_is_kept(blocker: str) -> None:
                     .update({"karpenter.sh/do-not-disrupt": "true"})
                 ),
             )
+        if blocker == "pod do-not-disrupt":  # even a DaemonSet pod's blocks (types.go)
+            [node] = objects(store, NODES)
+            daemon = pod("daemon", owner={"apiVersion": "apps/v1", "kind": "DaemonSet",
+                                          "name": "ds", "uid": "uid-ds"})  # fmt: skip
+            daemon["metadata"]["annotations"] = {"karpenter.sh/do-not-disrupt": "true"}
+            daemon["spec"]["nodeName"] = node["metadata"]["name"]
+            daemon["status"] = {"phase": "Running"}
+            add_pods(store, daemon)
         await asyncio.sleep(1.5)  # three validation periods, several nomination windows
         assert len(objects(store, NODECLAIMS)) == 1 and len(objects(store, NODES)) == 1
 
