@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 
 from sim.admission import Admission
+from sim.faults import Faults
 from sim.karpenter import KarpenterSim
 from sim.kubelet import SimKubelet
 from sim.nodeclaims import KarpenterTimings
@@ -61,11 +62,14 @@ class SimCluster:
         self.store = Store()
         self.admission = Admission(self.store)
         self.token = secrets.token_urlsafe(24)
+        #: The API server's fault switches (`sim.faults`), all off until a test flips one.
+        self.faults = Faults()
         self.api = ApiServer(
             self.store,
             token=self.token,
             admission=self.admission,
             bookmark_interval=bookmark_seconds,
+            faults=self.faults,
         )
         self.scheduler = SimScheduler(self.store, resync_seconds=scheduler_resync_seconds)
         self.kubelet = SimKubelet(self.store)

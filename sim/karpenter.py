@@ -31,7 +31,15 @@ from typing import Any, Final
 from gpu_intent.quantity import parse_quantity
 from sim import nodeclaims as lifecycle
 from sim.affinity import anti_affinity_conflict
-from sim.catalog import CATALOG, InstanceType, format_resources, offering_requirements
+from sim.catalog import (
+    CAPACITY_TYPES,
+    CATALOG,
+    ZONES,
+    InstanceType,
+    format_resources,
+    offering_requirements,
+)
+from sim.disruption import Emptiness
 from sim.events import EventRecorder
 from sim.nodeclaims import ExistingNode, KarpenterTimings, Lifecycle
 from sim.podview import PodView
@@ -110,6 +118,12 @@ def fits(requests: Mapping[str, Decimal], allocatable: Mapping[str, Decimal]) ->
     return all(q <= allocatable.get(k, _ZERO) for k, q in requests.items())
 
 
+@functools.cache
+def _offering_keys() -> tuple[tuple[str, str], ...]:
+    """(zone, capacity type) of each of `offering_requirements`, in its order."""
+    return tuple((z, c) for z in ZONES for c in CAPACITY_TYPES)
+
+
 def _merge(*lists: Mapping[str, Decimal]) -> dict[str, Decimal]:
     out: dict[str, Decimal] = {}
     for resources in lists:
@@ -142,17 +156,27 @@ def _filter_instance_types(
     reqs: Requirements,
     requests: Mapping[str, Decimal],
     total: Mapping[str, Decimal],
+    unavailable: frozenset[tuple[str, str, str]] = frozenset(),
 ) -> tuple[list[InstanceType], str | None]:
     """``filterInstanceTypesByRequirements`` and ``InstanceTypeFilterError``'s wording
     (``scheduling/nodeclaim.go``): the options meeting ``reqs``, fitting ``total`` and
-    having an offering, or the reason none does."""
+    having an available offering compatible with ``reqs`` (``Offerings.Available()
+    .HasCompatible``), or the reason none does. ``unavailable`` holds the (instance type,
+    zone, capacity type) offerings the unavailable-offerings cache has marked."""
     remaining: list[InstanceType] = []
     met = fit = offer = met_fit = met_offer = fit_offer = False
-    # Every type has the same offerings (zones x capacity types), so this is per call.
-    has_offering = any(
-        reqs.compatible(o, WELL_KNOWN_LABELS) is None for o in offering_requirements()
-    )
+    compatible = [
+        (zone, capacity_type)
+        for (zone, capacity_type), o in zip(_offering_keys(), offering_requirements(), strict=True)
+        if reqs.compatible(o, WELL_KNOWN_LABELS) is None
+    ]
+    # Every type has the same offerings (zones x capacity types) but for those marked
+    # unavailable, so without any this is per call.
+    any_offering = bool(compatible)
     for it in options:
+        has_offering = any_offering and (
+            not unavailable or any((it.name, z, c) not in unavailable for z, c in compatible)
+        )
         compat = it.requirements().intersects(reqs) is None
         it_fits = fits(total, _allocatable(it))
         met, fit, offer = met or compat, fit or it_fits, offer or has_offering
@@ -199,7 +223,8 @@ class Snapshot:
     valid), ``nodepools`` Ready and not deleting, ``existing`` capacity (Nodes and
     in-flight NodeClaims, taken before the pods, as ``Provisioner.Schedule`` does), and
     whether errors use the v1.0-v1.3 wording (see the module docstring), and the labels
-    of each namespace (for pod anti-affinity ``namespaceSelector`` terms, `sim.affinity`)."""
+    of each namespace (for pod anti-affinity ``namespaceSelector`` terms, `sim.affinity`),
+    and the offerings marked unavailable after insufficient capacity."""
 
     pods: Sequence[Obj]
     nodepools: Sequence[Obj]
@@ -207,6 +232,8 @@ class Snapshot:
     catalog: Sequence[InstanceType] = CATALOG
     legacy_messages: bool = False
     namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: Offerings (instance type, zone, capacity type) the unavailable-offerings cache holds.
+    unavailable: frozenset[tuple[str, str, str]] = frozenset()
 
 
 @dataclass
@@ -272,6 +299,7 @@ class _Solver:
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.legacy = snapshot.legacy_messages
+        self.unavailable = snapshot.unavailable
         self.namespace_labels = snapshot.namespace_labels
         self.templates: list[_Template] = []
         pools = sorted(
@@ -282,7 +310,9 @@ class _Solver:
         for pool in pools:
             name, spec = pool["metadata"]["name"], (pool.get("spec") or {})
             reqs = nodepool_requirements(pool)
-            options, _ = _filter_instance_types(snapshot.catalog, reqs, {}, {})
+            options, _ = _filter_instance_types(
+                snapshot.catalog, reqs, {}, {}, snapshot.unavailable
+            )
             if not options:  # NewScheduler drops pools whose requirements match no type
                 log.debug(
                     "skipping nodepool %s: requirements filtered out all instance types", name
@@ -429,7 +459,7 @@ class _Solver:
             return f"incompatible requirements, {error}"
         merged = claim_reqs.add(reqs)
         remaining, error = _filter_instance_types(
-            options, merged, requests, _merge(claim_requests, requests)
+            options, merged, requests, _merge(claim_requests, requests), self.unavailable
         )
         return error if error is not None else (merged, remaining)
 
@@ -567,8 +597,37 @@ class KarpenterSim:
         self._dedupe: dict[tuple[str, str], float] = {}  # (reason, pod uid) -> expiry
         self._tokens, self._tokens_at = 10.0, clock()
         self._lifecycle = Lifecycle(
-            store, self._catalog, timings, rng=rng or random.Random(), on_event=self._event
+            store,
+            self._catalog,
+            timings,
+            rng=rng or random.Random(),
+            on_event=self._event,
+            unavailable=lifecycle.UnavailableOfferings(
+                timings.unavailable_offerings_ttl_seconds, clock
+            ),
         )
+        self._emptiness = Emptiness(store, timings, clock)
+
+    @property
+    def emptiness(self) -> Emptiness:
+        """Emptiness consolidation; set its ``enabled`` to turn it on (off by default)."""
+        return self._emptiness
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        """The NodeClaim lifecycle, whose fault switches a test flips."""
+        return self._lifecycle
+
+    @property
+    def no_capacity(self) -> set[tuple[str, str]]:
+        """The simulated cloud's fault switch: (instance type, zone) pairs without
+        capacity; launching there fails with insufficient capacity (`Lifecycle`)."""
+        return self._lifecycle.no_capacity
+
+    @property
+    def unavailable_offerings(self) -> frozenset[tuple[str, str, str]]:
+        """The offerings the unavailable-offerings cache holds now."""
+        return self._lifecycle.unavailable.current()
 
     async def run(self) -> None:
         """Reconcile on every store change and timer until cancelled; a failed pass is
@@ -591,6 +650,8 @@ class KarpenterSim:
         if self._batcher.take(now):
             self._provision()
         due = [t for _, t in self._requeue.values()]
+        if (empty := self._emptiness.reconcile()) is not None:
+            due.append(now + empty)
         if self._batcher.deadline is not None:
             due.append(self._batcher.deadline)
         return max(0.0, min(due) - now) if due else None
@@ -641,7 +702,13 @@ class KarpenterSim:
         }
         results = solve(
             Snapshot(
-                pending, list(pools.values()), existing, self._catalog, self._legacy, namespaces
+                pending,
+                list(pools.values()),
+                existing,
+                self._catalog,
+                self._legacy,
+                namespaces,
+                self._lifecycle.unavailable.current(),
             )
         )
         by_key = {_pod_key(p): p for p in pending}
@@ -699,7 +766,10 @@ class KarpenterSim:
 
     def _nominate(self, pod: Obj, nodeclaim: str | None, node: str | None) -> None:
         """``NominatePodEvent``: deduped per pod for 2 minutes, then rate limited
-        (``PodNominationRateLimiter``: 5 per second, burst 10)."""
+        (``PodNominationRateLimiter``: 5 per second, burst 10). The nomination itself
+        (``Cluster.NominateNodeForPod``, which protects the node from disruption) is
+        recorded every time."""
+        self._emptiness.nominate(nodeclaim, node)
         if not self._dedupe_ok("Nominated", pod, 120.0):
             return
         now = self._clock()

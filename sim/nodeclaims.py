@@ -15,7 +15,9 @@ Sources (kubernetes-sigs/karpenter v1 unless noted):
   the NodeClaim's labels, ``karpenter.sh/registered`` and its taints),
   ``initialization.go`` (Ready, startup taints gone, extended resources registered), and
   ``termination`` (Node deleted, finalizer removed). The instance details follow the AWS
-  provider (``pkg/cloudprovider/cloudprovider.go``, ``pkg/providers/instance``).
+  provider (``pkg/cloudprovider/cloudprovider.go``, ``pkg/providers/instance``);
+- insufficient capacity: `Lifecycle.no_capacity` (a fault switch) and the AWS provider's
+  unavailable-offerings cache (`UnavailableOfferings`, read by `sim.karpenter.solve`).
 
 The sim also plays the kubelet, device plugin (HAMi's on nodes its DaemonSet selects, see
 `sim.hami`; NVIDIA's elsewhere) and GPU Feature Discovery of each new node.
@@ -24,11 +26,13 @@ The sim also plays the kubelet, device plugin (HAMi's on nodes its DaemonSet sel
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import hashlib
 import json
 import logging
 import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -58,6 +62,7 @@ __all__ = [
     "ExistingNode",
     "KarpenterTimings",
     "Lifecycle",
+    "UnavailableOfferings",
     "condition_true",
     "existing_nodes",
     "initial_nodeclaim_status",
@@ -91,7 +96,7 @@ class KarpenterTimings:
     """Delays in seconds. The batch windows and pod requeue are Karpenter's defaults
     (``BATCH_IDLE_DURATION`` 1 s, ``BATCH_MAX_DURATION`` 10 s, ``controller.go``
     ``RequeueAfter`` 10 s); launch, register and initialize are the sim's stand-ins for
-    EC2, kubelet join and device plugin start-up."""
+    EC2, kubelet join and device plugin start-up; the timeouts are Karpenter's."""
 
     batch_idle_seconds: float = 1.0
     batch_max_seconds: float = 10.0
@@ -99,6 +104,17 @@ class KarpenterTimings:
     launch_seconds: float = 1.0
     register_seconds: float = 2.0
     initialize_seconds: float = 1.0
+    #: How long an offering that failed with insufficient capacity stays unavailable
+    #: (aws/karpenter-provider-aws ``pkg/cache/cache.go`` ``UnavailableOfferingsTTL``).
+    unavailable_offerings_ttl_seconds: float = 180.0
+    #: ``lifecycle/liveness.go``: a NodeClaim not Launched this long after its Launched
+    #: condition's ``lastTransitionTime`` (``LaunchTimeout``, 5 min), or not Registered
+    #: this long after Registered's (``registrationTimeout``, 15 min), is deleted.
+    launch_timeout_seconds: float = 300.0
+    registration_timeout_seconds: float = 900.0
+    #: ``disruption/emptiness.go``: an empty candidate is re-validated this long after it
+    #: was found (``consolidationTTL``, 15 s) before it is disrupted (`sim.disruption`).
+    consolidation_validation_seconds: float = 15.0
 
     def scaled(self, factor: float) -> KarpenterTimings:
         """Every delay multiplied by ``factor``."""
@@ -540,6 +556,29 @@ def node_object(claim: Obj, name: str, ip: str, now: datetime) -> dict[str, Any]
     }
 
 
+class UnavailableOfferings:
+    """The cloud provider's unavailable-offerings cache (aws/karpenter-provider-aws
+    ``pkg/cache/unavailableofferings.go``): an (instance type, zone, capacity type) that
+    failed with insufficient capacity is marked unavailable for ``ttl`` seconds; the
+    instance type provider then reports that offering as not available, so the scheduler
+    and the next launch pass over it (``pkg/providers/instancetype``, ``createOfferings``).
+    Karpenter's default TTL is 3 minutes (``UnavailableOfferingsTTL``)."""
+
+    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._ttl, self._clock = ttl, clock
+        self._expiry: dict[tuple[str, str, str], float] = {}
+
+    def mark(self, instance_type: str, zone: str, capacity_type: str) -> None:
+        """``MarkUnavailable``: the offering is unavailable for the next ``ttl`` seconds."""
+        self._expiry[(instance_type, zone, capacity_type)] = self._clock() + self._ttl
+
+    def current(self) -> frozenset[tuple[str, str, str]]:
+        """The offerings unavailable now, expired entries dropped."""
+        now = self._clock()
+        self._expiry = {k: t for k, t in self._expiry.items() if t > now}
+        return frozenset(self._expiry)
+
+
 def _describe(claim: Obj) -> str:
     labels = claim["metadata"].get("labels") or {}
     return (
@@ -562,6 +601,19 @@ class Lifecycle:
         rng: source of zones, IPs and instance IDs (seed it for reproducible runs).
         now: wall clock for ``lastTransitionTime``.
         on_event: ``(involved, type, reason, message)`` for Warning events.
+        unavailable: the unavailable-offerings cache launches consult and fill.
+
+    Fault switches a test flips at will (all off by default):
+
+    - ``no_capacity``: the (instance type, zone) pairs the simulated cloud has no capacity
+      in (`_launch`);
+    - ``launch_hangs``: the cloud never answers a launch, so the NodeClaim stays
+      unlaunched until the launch timeout deletes it;
+    - ``registration_hangs``: instances launch but their kubelet never joins, so the
+      registration timeout deletes the NodeClaim;
+    - ``unregistered_resources``: extended resources (e.g. ``nvidia.com/gpu``) the device
+      plugin never advertises: the node turns Ready but Initialized stays Unknown with
+      reason ``ResourceNotRegistered`` (there is no initialization timeout).
     """
 
     def __init__(
@@ -573,9 +625,17 @@ class Lifecycle:
         rng: random.Random,
         now: Callable[[], datetime] = utc_now,
         on_event: Callable[[Obj, str, str, str], None] | None = None,
+        unavailable: UnavailableOfferings | None = None,
     ) -> None:
         self._store, self._catalog, self._timings = store, catalog, timings
         self._rng, self._now, self._on_event = rng, now, on_event
+        self.unavailable = unavailable or UnavailableOfferings(
+            timings.unavailable_offerings_ttl_seconds
+        )
+        self.no_capacity: set[tuple[str, str]] = set()
+        self.launch_hangs = False
+        self.registration_hangs = False
+        self.unregistered_resources: set[str] = set()
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
     def reconcile(self) -> None:
@@ -628,17 +688,28 @@ class Lifecycle:
 
     async def _drive(self, name: str, uid: str) -> None:
         """The NodeClaim's task: launch, register, initialize, each after its delay; a
-        failed write is retried after the same delay."""
+        failed write is retried after the same delay. Until it is registered, the launch
+        and registration timeouts (`_liveness`) apply; a hung step (fault switch) waits
+        for them."""
         t = self._timings
         while (claim := self._current(name, uid)) is not None:
             if not (claim.get("status") or {}).get("providerID"):
-                delay, step = t.launch_seconds, self._launch
+                delay, step, hangs = t.launch_seconds, self._launch, self.launch_hangs
             elif not condition_true(claim, "Registered"):
-                delay, step = t.register_seconds, self._register
+                delay, step, hangs = t.register_seconds, self._register, self.registration_hangs
             elif not condition_true(claim, "Initialized"):
-                delay, step = t.initialize_seconds, self._initialize
+                delay, step, hangs = t.initialize_seconds, self._initialize, False
             else:
                 return
+            remaining = self._liveness(claim)
+            if remaining is not None and (hangs or remaining <= delay):
+                await asyncio.sleep(max(0.0, min(remaining, delay)))
+                if (claim := self._current(name, uid)) is None:
+                    return
+                if (remaining := self._liveness(claim)) is not None and remaining <= 0:
+                    self._timeout(claim)
+                    return
+                continue
             await asyncio.sleep(delay)
             if (claim := self._current(name, uid)) is None:
                 return
@@ -650,6 +721,35 @@ class Lifecycle:
                     "%s: %s failed, retrying: %s", _describe(claim), step.__name__[1:], e.message
                 )
                 await asyncio.sleep(max(delay, 0.05))
+
+    def _liveness(self, claim: Obj) -> float | None:
+        """``Liveness.Reconcile``: seconds until the NodeClaim times out (<= 0: it has),
+        None once Registered. Not Launched: ``launch_timeout_seconds`` after Launched's
+        ``lastTransitionTime``; then ``registration_timeout_seconds`` after Registered's
+        (both set at creation, so in effect from creation; second precision)."""
+        conditions = {c.get("type"): c for c in (claim.get("status") or {}).get("conditions") or ()}
+        registered = conditions.get("Registered")
+        if registered is not None and registered.get("status") == "True":
+            return None
+        now, t = self._now(), self._timings
+        left: list[float] = []
+        launched = conditions.get("Launched")
+        if launched is not None and launched.get("status") != "True":
+            left.append(t.launch_timeout_seconds - _since(launched, now))
+        if registered is not None:
+            left.append(t.registration_timeout_seconds - _since(registered, now))
+        return min(left) if left else None
+
+    def _timeout(self, claim: Obj) -> None:
+        """``deleteNodeClaimForTimeout``: delete the NodeClaim (no event, a log line)."""
+        reason = (
+            "launch_timeout" if not condition_true(claim, "Launched") else ("registration_timeout")
+        )
+        log.info("%s: terminating due to timeout (%s)", _describe(claim), reason)
+        try:
+            self._store.delete(NODECLAIMS, None, claim["metadata"]["name"])
+        except NotFound:
+            return
 
     def _set_status(self, claim: Obj, changes: Mapping[str, Any], *conditions: str) -> None:
         """Update the NodeClaim's status with ``changes``, set ``conditions`` True, and
@@ -667,10 +767,18 @@ class Lifecycle:
         self._store.mutate(NODECLAIMS, None, claim["metadata"]["name"], apply, subresource="status")
 
     def _launch(self, claim: Obj) -> bool:
-        """Cloud provider Create: the cheapest instance type the requirements allow, in an
-        allowed zone, on demand; then ``PopulateNodeClaimDetails`` (labels: the instance's,
+        """Cloud provider Create: the cheapest instance type the requirements allow with an
+        available offering (zone, capacity type not in the unavailable-offerings cache), in
+        a random such zone; then ``PopulateNodeClaimDetails`` (labels: the instance's,
         then single-valued requirements, then the NodeClaim's own; provider ID, image,
-        capacity, allocatable). No type or zone left: InsufficientCapacityError, deleted."""
+        capacity, allocatable).
+
+        An offering in ``no_capacity`` fails as EC2 CreateFleet's
+        ``InsufficientInstanceCapacity`` does: it is marked unavailable
+        (``pkg/providers/instance`` ``updateUnavailableOfferingsCache``) and the fleet
+        falls back to the next offering. No offering left: ``InsufficientCapacityError``;
+        ``lifecycle/launch.go`` then publishes a Warning event of that reason and deletes
+        the NodeClaim."""
         name = claim["metadata"]["name"]
         reqs = from_node_selector((claim.get("spec") or {}).get("requirements") or ())
         options = sorted(
@@ -681,23 +789,46 @@ class Lifecycle:
         capacity = [
             c for c in CAPACITY_TYPES if reqs.get_or_exists("karpenter.sh/capacity-type").has(c)
         ]
-        if not (options and zones and capacity):
+        unavailable = self.unavailable.current()
+        chosen: tuple[InstanceType, str, str] | None = None
+        failed: list[str] = []
+        for candidate in options if capacity else ():
+            open_zones = [
+                z for z in zones if any((candidate.name, z, c) not in unavailable for c in capacity)
+            ]
+            while open_zones and chosen is None:
+                z = self._rng.choice(open_zones)
+                ct = next(c for c in capacity if (candidate.name, z, c) not in unavailable)
+                if (candidate.name, z) in self.no_capacity:
+                    self.unavailable.mark(candidate.name, z, ct)
+                    failed.append(f"{candidate.name} in {z}")
+                    open_zones.remove(z)
+                else:
+                    chosen = (candidate, z, ct)
+            if chosen is not None:
+                break
+        if chosen is None:
             log.warning("%s: launch failed, insufficient capacity; deleting it", _describe(claim))
+            detail = (
+                "with fleet error(s), InsufficientInstanceCapacity: no capacity for "
+                + ", ".join(failed)
+                if failed
+                else "all requested instance types were unavailable during launch"
+            )
             if self._on_event is not None:
                 self._on_event(
                     claim,
                     "Warning",
                     "InsufficientCapacityError",
-                    f"NodeClaim {name} event: creating instance, insufficient capacity, "
-                    "all requested instance types were unavailable during launch",
+                    f"NodeClaim {name} event: creating instance, insufficient capacity, {detail}",
                 )
             self._store.delete(NODECLAIMS, None, name)
             return False
-        it, zone = options[0], self._rng.choice(zones)
+        it, zone, capacity_type = chosen
         labels = {
             **it.labels(),
             "topology.kubernetes.io/zone": zone,
-            "karpenter.sh/capacity-type": capacity[0],
+            "karpenter.sh/capacity-type": capacity_type,
             **reqs.labels(),
             **(claim["metadata"].get("labels") or {}),
         }
@@ -788,12 +919,10 @@ class Lifecycle:
         startup = [(t.get("key"), t.get("effect")) for t in spec.get("startupTaints") or ()]
         stamp = rfc3339(self._now())
 
+        unregistered = self.unregistered_resources
+
         def node_meta(node: dict[str, Any]) -> None:
-            node["metadata"]["labels"] = {
-                **node["metadata"].get("labels", {}),
-                **gfd,
-                "karpenter.sh/initialized": "true",
-            }
+            node["metadata"]["labels"] = {**node["metadata"].get("labels", {}), **gfd}
             spec = node.setdefault("spec", {})
             spec["taints"] = [
                 t
@@ -806,20 +935,57 @@ class Lifecycle:
             labels = node["metadata"].get("labels") or {}
             for key in ("capacity", "allocatable"):
                 estimate = (status.get(key) or {}).get("nvidia.com/gpu")
-                if estimate is not None:
+                if estimate is not None and "nvidia.com/gpu" not in unregistered:
                     count = estimate
                     if it is not None and it.gpu_count:
                         count = str(hami.advertised_gpus(it.gpu_count, labels))
                     st.setdefault(key, {})["nvidia.com/gpu"] = count
-            others = [c for c in st.get("conditions") or () if c.get("type") != "Ready"]
-            st["conditions"] = [*others, _ready_condition(True, stamp)]
+            if not _ready(node):
+                others = [c for c in st.get("conditions") or () if c.get("type") != "Ready"]
+                st["conditions"] = [*others, _ready_condition(True, stamp)]
 
         # Labels first: the device plugin that node_status plays depends on them.
-        self._store.mutate(NODES, None, node_name, node_meta)
-        self._store.mutate(NODES, None, node_name, node_status, subresource="status")
+        node = self._store.get(NODES, None, node_name)
+        candidate = copy.deepcopy(node)
+        node_meta(candidate)
+        node_status(candidate)
+        if candidate != node:  # a retry (ResourceNotRegistered) writes only what changed
+            self._store.mutate(NODES, None, node_name, node_meta)
+            node = self._store.mutate(NODES, None, node_name, node_status, subresource="status")
+        if (missing := _unregistered(node, claim)) is not None:
+            self._set_initialized_unknown(
+                claim,
+                "ResourceNotRegistered",
+                f'Resource "{missing}" was requested but not registered',
+            )
+            log.info("%s: resource %s not registered", _describe(claim), missing)
+            return True  # re-checked after initialize_seconds, as on each Node change
+        self._store.mutate(
+            NODES,
+            None,
+            node_name,
+            lambda n: (
+                n["metadata"].setdefault("labels", {}).update({"karpenter.sh/initialized": "true"})
+            ),
+        )
         self._set_status(claim, {}, "Initialized")
         log.info("%s is ready: node %s", _describe(claim), node_name)
         return True
+
+    def _set_initialized_unknown(self, claim: Obj, reason: str, message: str) -> None:
+        """Initialized Unknown with ``reason`` (v1 ``SetUnknownWithReason``), written only
+        when it changes."""
+        stamp, generation = rfc3339(self._now()), int(claim["metadata"].get("generation", 1))
+        conds = [dict(c) for c in (claim.get("status") or {}).get("conditions") or ()]
+        if not set_condition(conds, "Initialized", "Unknown", reason, message, stamp, generation):
+            return
+
+        def apply(obj: dict[str, Any]) -> None:
+            status = obj.setdefault("status", {})
+            status["conditions"] = conds
+            _recompute_ready(conds, NODECLAIM_CONDITIONS, stamp, generation)
+
+        self._store.mutate(NODECLAIMS, None, claim["metadata"]["name"], apply, subresource="status")
 
     def _terminate(self, claim: Obj) -> None:
         """Termination: delete the NodeClaim's Node, then remove its finalizer."""
@@ -846,6 +1012,33 @@ class Lifecycle:
             _describe(claim),
             f" and node {node['metadata']['name']}" if node else "",
         )
+
+
+def _ready(node: Obj) -> bool:
+    """Whether the node's kubelet ``Ready`` condition is True."""
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or ()
+    )
+
+
+def _unregistered(node: Obj, claim: Obj) -> str | None:
+    """``RequestedResourcesRegistered``: the first resource the NodeClaim requests (non
+    zero) that the node's allocatable lacks or has at zero, else None."""
+    requests = parse_resources(((claim.get("spec") or {}).get("resources") or {}).get("requests"))
+    allocatable = parse_resources((node.get("status") or {}).get("allocatable"))
+    return next(
+        (k for k, v in sorted(requests.items()) if v and not allocatable.get(k)),
+        None,
+    )
+
+
+def _since(condition: Obj, now: datetime) -> float:
+    """Seconds since the condition's ``lastTransitionTime`` (0 if it has none)."""
+    stamp = condition.get("lastTransitionTime")
+    if not stamp:
+        return 0.0
+    return (now - datetime.fromisoformat(str(stamp))).total_seconds()
 
 
 def _setter(path: str, value: Any) -> Callable[[dict[str, Any]], None]:

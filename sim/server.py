@@ -22,6 +22,7 @@ from certs import TLSFiles, write_tls_files
 from sim.admission import Admission
 from sim.apiserver import CONTEXT, make_app
 from sim.defaults import SYSTEM_PRIORITY_CLASSES
+from sim.faults import Faults
 from sim.kubeconfig import write_kubeconfig
 from sim.store import Store
 
@@ -41,6 +42,7 @@ class ApiServer:
         bookmark_interval: seconds between watch ``BOOKMARK`` events.
         priority_classes: PriorityClass name -> value for the Priority admission plugin.
         shutdown_timeout: seconds `stop` waits for in-flight requests.
+        faults: fault switches (`sim.faults`) to install on the app (None: none).
 
     Use ``async with ApiServer(store) as server:`` or `start` / `stop`.
     """
@@ -57,6 +59,7 @@ class ApiServer:
         bookmark_interval: float = 1.0,
         priority_classes: Mapping[str, int] = SYSTEM_PRIORITY_CLASSES,
         shutdown_timeout: float = 5.0,
+        faults: Faults | None = None,
     ) -> None:
         self.store = store
         self.token = token
@@ -74,6 +77,8 @@ class ApiServer:
             bookmark_interval=bookmark_interval,
             priority_classes=priority_classes,
         )
+        if faults is not None:
+            faults.install(self.app)
         self.url = ""
 
     @property

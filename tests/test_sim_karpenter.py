@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from decimal import Decimal
@@ -18,7 +19,8 @@ from typing import Any
 import pytest
 
 from sim import crds
-from sim.catalog import by_name
+from sim.catalog import ZONES, by_name
+from sim.disruption import parse_duration
 from sim.karpenter import (
     Batcher,
     KarpenterSim,
@@ -28,7 +30,13 @@ from sim.karpenter import (
     solve,
 )
 from sim.kubelet import SimKubelet
-from sim.nodeclaims import EKS_TIMINGS, FAST_TIMINGS, ExistingNode, existing_nodes
+from sim.nodeclaims import (
+    EKS_TIMINGS,
+    FAST_TIMINGS,
+    ExistingNode,
+    UnavailableOfferings,
+    existing_nodes,
+)
 from sim.scheduler import SimScheduler
 from sim.store import (
     EVENTS,
@@ -897,3 +905,266 @@ def test_timings_scale_every_delay_and_eks_takes_about_a_minute_to_ready() -> No
     ready = EKS_TIMINGS.launch_seconds + EKS_TIMINGS.register_seconds
     assert 55 <= ready + EKS_TIMINGS.initialize_seconds <= 65
     assert FAST_TIMINGS.batch_idle_seconds / FAST_TIMINGS.requeue_seconds == 0.1
+
+
+# -- insufficient capacity and the unavailable-offerings cache ------------------------
+
+
+def test_unavailable_offerings_expire_after_their_ttl() -> None:
+    clock = FakeClock()
+    cache = UnavailableOfferings(180.0, clock)
+    cache.mark("g4dn.xlarge", "us-east-1a", "on-demand")
+    clock.now = 179.9
+    assert cache.current() == {("g4dn.xlarge", "us-east-1a", "on-demand")}
+    clock.now = 180.0
+    assert cache.current() == frozenset()
+
+
+def test_solve_passes_over_unavailable_offerings() -> None:
+    pods, pools = [pod("a", gpus=1, selector=T4)], [GPU_POOL]
+    assert names(Snapshot(pods, pools)) == [("gpu", ["g4dn.xlarge", "g4dn.12xlarge"], ["a"])]
+    one_zone = frozenset({("g4dn.xlarge", "us-east-1a", "on-demand")})
+    assert names(Snapshot(pods, pools, unavailable=one_zone)) == [
+        ("gpu", ["g4dn.xlarge", "g4dn.12xlarge"], ["a"])
+    ]
+    every_zone = frozenset(("g4dn.xlarge", z, "on-demand") for z in ZONES)
+    assert names(Snapshot(pods, pools, unavailable=every_zone)) == [
+        ("gpu", ["g4dn.12xlarge"], ["a"])
+    ]
+    only_xlarge = [pod("b", gpus=1, selector={"node.kubernetes.io/instance-type": "g4dn.xlarge"})]
+    results = solve(Snapshot(only_xlarge, pools, unavailable=every_zone))
+    assert results.new_nodeclaims == []
+    assert results.errors["default/b"].startswith("no instance type ")
+
+
+async def test_insufficient_capacity_falls_back_to_the_next_offering() -> None:
+    store = new_store(GPU_POOL)
+    async with running(store) as sim:
+        sim.no_capacity.update(("g4dn.xlarge", z) for z in ZONES[:2])
+        add_pods(store, pod("a", gpus=1, selector=T4))
+        [claim] = await wait_for(store, lambda: [c for c in objects(store, NODECLAIMS) if ready(c)])
+        # The cheapest type still, in the one zone with capacity; a zone tried on the way
+        # (zones are picked at random) is remembered.
+        labels = claim["metadata"]["labels"]
+        assert labels["node.kubernetes.io/instance-type"] == "g4dn.xlarge"
+        assert labels["topology.kubernetes.io/zone"] == ZONES[2]
+        assert sim.unavailable_offerings <= {("g4dn.xlarge", z, "on-demand") for z in ZONES[:2]}
+        sim.no_capacity.add(("g4dn.xlarge", ZONES[2]))
+        add_pods(store, pod("b", gpus=1, selector=T4))
+        # Pending a and b want two GPUs, the first claim has one: b's NodeClaim may still
+        # take g4dn.xlarge (the last zone is not yet known to be out), the launch fails
+        # there and falls back to g4dn.12xlarge, the next cheapest type.
+        second = await wait_for(
+            store,
+            lambda: [
+                c
+                for c in objects(store, NODECLAIMS)
+                if ready(c) and c["metadata"]["name"] != claim["metadata"]["name"]
+            ],
+        )
+        assert ("g4dn.xlarge", ZONES[2], "on-demand") in sim.unavailable_offerings
+    assert second[0]["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "g4dn.12xlarge"
+    assert events(store, "InsufficientCapacityError") == []
+
+
+async def test_insufficient_capacity_deletes_the_nodeclaim_and_is_not_retried() -> None:
+    store = new_store(GPU_POOL)
+    only_xlarge = {"node.kubernetes.io/instance-type": "g4dn.xlarge"}
+    async with running(store) as sim:
+        sim.no_capacity.update(("g4dn.xlarge", z) for z in ZONES)
+        add_pods(store, pod("a", gpus=1, selector=only_xlarge))
+        [ice] = await wait_for(store, lambda: events(store, "InsufficientCapacityError"))
+        [failed] = await wait_for(store, lambda: events(store, "FailedScheduling"))
+        # Many requeues (0.1 s each) later: still the one NodeClaim, deleted.
+        await asyncio.sleep(1.0)
+        assert objects(store, NODECLAIMS) == []
+        assert events(store, "InsufficientCapacityError") == [ice]
+    name, type_, message, _ = ice
+    assert type_ == "Warning"
+    assert message.startswith(f"NodeClaim {name} event: creating instance, insufficient capacity")
+    assert all(f"g4dn.xlarge in {z}" in message for z in ZONES)
+    assert failed[0] == "a" and failed[2].startswith("Failed to schedule pod, no instance type")
+
+
+# -- launch and registration timeouts, resources that never register -----------------
+
+
+def claim_names(store: Store) -> set[str]:
+    return {c["metadata"]["name"] for c in objects(store, NODECLAIMS)}
+
+
+async def test_a_launch_that_hangs_times_out_and_karpenter_tries_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="sim")
+    store = new_store(GPU_POOL)
+    timings = dataclasses.replace(FAST, launch_timeout_seconds=1.0)
+    async with running(store, timings) as sim:
+        sim.lifecycle.launch_hangs = True
+        add_pods(store, pod("a", gpus=1, selector=T4))
+        [first] = await wait_for(store, lambda: claim_names(store))
+        # Deleted at the timeout, never launched; the pending pod gets a new NodeClaim.
+        await wait_for(store, lambda: claim_names(store) - {first})
+        assert first not in claim_names(store)
+        assert (
+            f"nodeclaim {first} (nodepool gpu, not launched): terminating due to timeout (launch_timeout)"
+            in caplog.text
+        )
+        sim.lifecycle.launch_hangs = False
+        await wait_for(store, lambda: [c for c in objects(store, NODECLAIMS) if ready(c)])
+
+
+async def test_a_node_that_never_registers_times_out(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="sim")
+    store = new_store(GPU_POOL)
+    timings = dataclasses.replace(FAST, registration_timeout_seconds=1.5)
+    async with running(store, timings) as sim:
+        sim.lifecycle.registration_hangs = True
+        add_pods(store, pod("a", gpus=1, selector=T4))
+        [first] = await wait_for(
+            store,
+            lambda: [
+                c["metadata"]["name"]
+                for c in objects(store, NODECLAIMS)
+                if c.get("status", {}).get("providerID")
+            ],
+        )
+        await wait_for(store, lambda: first not in claim_names(store))
+        assert objects(store, NODES) == []  # the kubelet never joined
+        assert "terminating due to timeout (registration_timeout)" in caplog.text
+        # Karpenter's defaults: 5 and 15 minutes.
+        assert (
+            KarpenterTimings().launch_timeout_seconds,
+            KarpenterTimings().registration_timeout_seconds,
+        ) == (300.0, 900.0)
+
+
+async def test_a_resource_that_never_registers_leaves_the_nodeclaim_uninitialized() -> None:
+    store = new_store(GPU_POOL)
+    async with running(store) as sim:
+        sim.lifecycle.unregistered_resources.add("nvidia.com/gpu")
+        add_pods(store, pod("a", gpus=1, selector=T4))
+
+        def initialized() -> dict[str, Any] | None:
+            for c in objects(store, NODECLAIMS):
+                for cond in c.get("status", {}).get("conditions", ()):
+                    if cond["type"] == "Initialized" and cond["reason"] == "ResourceNotRegistered":
+                        return dict(cond)
+            return None
+
+        cond = await wait_for(store, initialized)
+        assert (cond["status"], cond["message"]) == (
+            "Unknown",
+            'Resource "nvidia.com/gpu" was requested but not registered',
+        )
+        [node] = objects(store, NODES)
+        assert node["status"]["conditions"][-1]["status"] == "True"  # the kubelet is Ready
+        assert "nvidia.com/gpu" not in node["status"]["allocatable"]
+        assert "karpenter.sh/initialized" not in node["metadata"]["labels"]
+        settled = store.resource_version
+        await asyncio.sleep(0.5)  # retried, but nothing rewritten and no timeout
+        assert store.resource_version == settled and len(objects(store, NODECLAIMS)) == 1
+        sim.lifecycle.unregistered_resources.clear()  # the device plugin comes up
+        await wait_for(store, lambda: [c for c in objects(store, NODECLAIMS) if ready(c)])
+        [node] = objects(store, NODES)
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "1"
+        assert node["metadata"]["labels"]["karpenter.sh/initialized"] == "true"
+
+
+async def test_a_nodepool_at_its_limits_launches_nothing_and_says_so() -> None:
+    pool = nodepool("gpu", expr(GPU_NAME, "In", "t4"), limits={"nvidia.com/gpu": "1"})
+    store = new_store(pool)
+    async with running(store):
+        add_pods(store, pod("a", gpus=1), pod("b", gpus=1))
+        [failed] = await wait_for(store, lambda: events(store, "FailedScheduling"))
+        await asyncio.sleep(0.5)  # five requeues: still one NodeClaim
+        assert len(objects(store, NODECLAIMS)) == 1
+    assert failed[1:3] == (
+        "Warning",
+        "Failed to schedule pod, all available instance types exceed limits for nodepool",
+    )
+
+
+# -- emptiness consolidation ----------------------------------------------------------
+
+
+def consolidating_pool(after: str) -> Obj:
+    pool = nodepool("gpu", expr(GPU_NAME, "Exists"))
+    pool["spec"]["disruption"] = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": after}
+    return pool
+
+
+async def provisioned_then_emptied(store: Store, sim: KarpenterSim) -> dict[str, Any]:
+    """A node provisioned for pod a, whose pod then goes away; returns its NodeClaim."""
+    add_pods(store, pod("a", gpus=1, selector=T4))
+    [claim] = await wait_for(store, lambda: [c for c in objects(store, NODECLAIMS) if ready(c)])
+    store.delete(PODS, "default", "a")
+    return claim
+
+
+EMPTINESS = dataclasses.replace(FAST, consolidation_validation_seconds=0.5)
+
+
+async def test_an_empty_node_is_removed_after_consolidate_after_and_validation() -> None:
+    store = new_store(consolidating_pool("1s"))
+    store.create(NAMESPACES, {"metadata": {"name": "kube-system"}})  # DaemonSet pods
+    async with running(store, EMPTINESS) as sim:
+        sim.emptiness.enabled = True
+        claim = await provisioned_then_emptied(store, sim)
+        [node] = objects(store, NODES)
+        # DaemonSet pods (the device plugin) do not count: the node is empty.
+        assert [p["spec"]["nodeName"] for p in objects(store, PODS)] == [node["metadata"]["name"]]
+        await asyncio.sleep(1.0)  # < consolidateAfter 1 s + validation 0.5 s
+        assert [c["metadata"]["name"] for c in objects(store, NODECLAIMS)] == [
+            claim["metadata"]["name"]
+        ]
+        await wait_for(store, lambda: not objects(store, NODECLAIMS) and not objects(store, NODES))
+
+
+@pytest.mark.parametrize(
+    "blocker", ["switch off", "Never", "node do-not-disrupt", "pod do-not-disrupt", "nominated"]
+)
+async def test_an_empty_node_is_kept(blocker: str) -> None:
+    store = new_store(consolidating_pool("Never" if blocker == "Never" else "0s"))
+    async with running(store, EMPTINESS) as sim:
+        sim.emptiness.enabled = blocker != "switch off"
+        if blocker == "nominated":  # a pending pod keeps being nominated to the node
+            add_pods(store, pod("a", gpus=1, selector=T4))
+            await wait_for(store, lambda: [c for c in objects(store, NODECLAIMS) if ready(c)])
+        else:
+            await provisioned_then_emptied(store, sim)
+        if blocker == "node do-not-disrupt":
+            [node] = objects(store, NODES)
+            store.mutate(
+                NODES,
+                None,
+                node["metadata"]["name"],
+                lambda n: (
+                    n["metadata"]
+                    .setdefault("annotations", {})
+                    .update({"karpenter.sh/do-not-disrupt": "true"})
+                ),
+            )
+        if blocker == "pod do-not-disrupt":  # even a DaemonSet pod's blocks (types.go)
+            [node] = objects(store, NODES)
+            daemon = pod("daemon", owner={"apiVersion": "apps/v1", "kind": "DaemonSet",
+                                          "name": "ds", "uid": "uid-ds"})  # fmt: skip
+            daemon["metadata"]["annotations"] = {"karpenter.sh/do-not-disrupt": "true"}
+            daemon["spec"]["nodeName"] = node["metadata"]["name"]
+            daemon["status"] = {"phase": "Running"}
+            add_pods(store, daemon)
+        await asyncio.sleep(1.5)  # three validation periods, several nomination windows
+        assert len(objects(store, NODECLAIMS)) == 1 and len(objects(store, NODES)) == 1
+
+
+def test_parse_duration() -> None:
+    assert [parse_duration(v) for v in ("0s", "30s", "1m30s", "1h", "500ms", "Never")] == [
+        0.0,
+        30.0,
+        90.0,
+        3600.0,
+        0.5,
+        None,
+    ]
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration("5 minutes")

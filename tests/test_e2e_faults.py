@@ -1,0 +1,51 @@
+"""The product against a sim API server that fails the ways a real one does
+(`sim.faults`): the controller's informers must ride out dropped watches, 410 Gone, 500,
+429 and slow answers, and every pod must still get its node."""
+
+from __future__ import annotations
+
+import asyncio
+
+from e2e_support import TRIGGERS_NS, Env, eventually
+
+from controller import informer as informer_module
+from gpu_intent.demo import apply, default_examples, load_manifests
+
+
+def restarts(reason: str) -> float:
+    """Informer relists for ``reason`` (``expired``, ``error``), all informers."""
+    return sum(
+        sample.value
+        for metric in informer_module.RESTARTS.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total") and sample.labels.get("reason") == reason
+    )
+
+
+async def test_every_pod_binds_through_api_faults(env: Env) -> None:
+    faults = env.cluster.faults
+    controller = env.controller()
+    task = asyncio.create_task(controller.run())
+    try:
+        await asyncio.wait_for(controller.ready.wait(), 10)
+        expired, errors = restarts("expired"), restarts("error")
+        faults.add("latency", delay=0.02)
+        gone = faults.add("gone", verb="watch", resource="pods", count=2)
+        failed = faults.add("error", verb="list", resource="pods", count=1)
+        throttled = faults.add("throttle", verb="list", resource="pods", count=1)
+        assert faults.drop_watches("pods") >= 2  # they re-watch and meet the faults
+        for doc in load_manifests(default_examples()):
+            if doc["kind"] == "Pod":
+                await apply(env.api, doc)
+
+        async def all_bound_no_triggers() -> bool:
+            pods = await env.pods("ml")
+            triggers = await env.pods(TRIGGERS_NS, "gpu-intent.io/trigger=true")
+            return len(pods) == 5 and all(p["spec"].get("nodeName") for p in pods) and not triggers
+
+        await eventually(all_bound_no_triggers, 60)
+        assert (gone.hits, failed.hits, throttled.hits) == (2, 1, 1)
+        assert restarts("expired") >= expired + 2 and restarts("error") >= errors + 2
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
