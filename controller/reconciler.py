@@ -36,6 +36,7 @@ from controller.model import (
     NON_BINDING_SCHEDULER,
     SCHEDULED,
     PodRef,
+    ScaleUpStatus,
 )
 from controller.plan import (
     Event,
@@ -51,6 +52,7 @@ from controller.state import (
     NODES,
     NOMINATIONS,
     PENDING_PODS,
+    TRACKED_PHASES,
     TRIGGERS,
     ClusterState,
 )
@@ -232,6 +234,7 @@ class Controller:
         try:
             if self.elector is not None:
                 await self._adopt_triggers()
+            await self._find_bound()
             log.info("reconciling")
             self._poked.set()  # plan at once, not after a resync period
             while True:
@@ -242,6 +245,35 @@ class Controller:
                     log.exception("reconcile pass failed; retrying after the next change")
         finally:
             await self._stop_writers()
+
+    async def _find_bound(self) -> None:
+        """Before the first pass: find the pods told a tracked phase (``Triggered``,
+        ``Provisioning``, ``NodeReady``...) that are bound already. They got their node
+        while no controller ran (a restart, a leader change), so no watch saw them leave
+        the pending set; without this they kept ``Provisioning`` for ever. They are owed
+        their final ``Scheduled`` status like pods seen leaving (`ClusterState.resolve_left`).
+        One paged list of bound pods, each page reduced to those as it arrives."""
+
+        def keep(obj: kube_api.Obj) -> kube_api.Obj:
+            annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            status = ScaleUpStatus.from_annotation(annotations.get(ANNOTATION_SCALE_UP))
+            return obj if status is not None and status.phase in TRACKED_PHASES else {}
+
+        while True:
+            try:
+                items, _ = await self.kube.list(
+                    kube_api.PODS, field_selector="spec.nodeName!=", keep=keep
+                )
+                break
+            except KubeError as e:
+                log.warning("reading bound pods before the first pass: %s; retrying", e)
+                await asyncio.sleep(1.0)
+        found = [obj for obj in items if obj]
+        for obj in found:
+            meta = obj["metadata"]
+            self.state.resolve_left((meta["namespace"], meta["name"]), obj)
+        if found:
+            log.info("%d pods got a node while no controller ran; telling them", len(found))
 
     async def _adopt_triggers(self) -> None:
         """Before a new leader's first pass: read the trigger pods from the API server
