@@ -204,13 +204,16 @@ async def _true(value: bool) -> bool:
 
 
 class CountingKube(Kube):
-    """A replica's adapter that counts its trigger creates."""
+    """A replica's adapter that counts the trigger creates answered with success (a
+    create refused 409 because the trigger exists by that name duplicates nothing: a
+    cancelled leader's last create can land after its successor listed the triggers)."""
 
     creates = 0
 
     async def create_pod(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        created = await super().create_pod(namespace, body)
         self.creates += 1
-        return await super().create_pod(namespace, body)
+        return created
 
 
 def replica(env: Env, kube: Kube, identity: str, *, release: bool) -> Controller:
@@ -295,7 +298,8 @@ async def two_replicas(env: Env, release: bool) -> None:
             assert took < 0.7, took  # taken within one jittered retry period (0.2-0.44 s)
         await eventually(lambda: settled(env), 25)
         await asyncio.sleep(1.5)  # a late duplicate would show within a batch window
-        assert kube_a.creates + kube_b.creates == len(triggers.created) == triggers.adds
+        # Each trigger admitted once (a create cancelled in flight may land uncounted).
+        assert kube_a.creates + kube_b.creates <= triggers.adds == len(triggers.created)
         assert triggers.triggers_per_pod() == {ref: 1 for ref in served}
         # One NodeClaim per GPU needed: the 4 examples' GPUs (t4 native, a10g, l4, l40s).
         assert len(nodeclaims.created) == 4
