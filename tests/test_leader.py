@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from conftest import make_env
@@ -184,10 +184,15 @@ async def test_of_racing_candidates_exactly_one_leads_and_a_loser_stops_at_once(
         assert metrics.LEADER._value.get() == 1  # type: ignore[attr-defined]
         # Someone else takes the Lease (an operator, a partition healed late): the
         # leader sees it on its next renewal and stops at once.
-        lease = await env.kube.get_lease(TRIGGERS_NS, "gpu-intent-controller")
-        assert lease is not None
-        lease["spec"]["holderIdentity"] = "intruder"
-        await env.kube.update_lease(TRIGGERS_NS, lease)
+        while True:  # read-modify-write, again on 409 (the leader renews meanwhile)
+            lease = await env.kube.get_lease(TRIGGERS_NS, "gpu-intent-controller")
+            assert lease is not None
+            lease["spec"]["holderIdentity"] = "intruder"
+            try:
+                await env.kube.update_lease(TRIGGERS_NS, lease)
+                break
+            except KubeError as e:
+                assert e.conflict
         with pytest.raises(LeadershipLost):
             await asyncio.wait_for(tasks[leader], 2)
         assert metrics.LEADER._value.get() == 0  # type: ignore[attr-defined]
@@ -326,3 +331,65 @@ def test_controller_flags_default_to_leader_election_with_kubernetes_timings() -
         args.leader_election_retry_period,
     ) == (15.0, 10.0, 2.0)
     assert build_parser().parse_args(["controller", "--no-leader-elect"]).leader_elect is False
+
+
+class LeaseOnlyKube:
+    """An API with one Lease that can go unreachable (``down``)."""
+
+    def __init__(self) -> None:
+        self.lease: dict[str, Any] | None = None
+        self.down = False
+        self.version = 0
+
+    def _check(self) -> None:
+        if self.down:
+            raise KubeError("reaching the API server", 0, "ClientConnectorError", "refused")
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self._check()
+        return None if self.lease is None else dict(self.lease)
+
+    async def _store(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        self._check()
+        self.version += 1
+        stored = dict(body)
+        stored["metadata"] = dict(body["metadata"], resourceVersion=str(self.version))
+        self.lease = stored
+        return stored
+
+    async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._store(body)
+
+    async def update_lease(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._store(body)
+
+
+async def test_a_leader_that_cannot_renew_stops_acting_before_the_lease_can_expire() -> None:
+    api = LeaseOnlyKube()
+    elector = LeaderElector(
+        cast(Kube, api), LeaderElectionConfig("ns", "a", release_on_cancel=False, **FAST)
+    )
+    leading = asyncio.Event()
+    stopped_at: list[float] = []
+
+    async def lead() -> None:
+        leading.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stopped_at.append(time.monotonic())
+
+    task = asyncio.create_task(elector.run(lead))
+    await asyncio.wait_for(leading.wait(), 2)
+    await asyncio.sleep(0.5)  # renewing fine meanwhile
+    assert not task.done()
+    api.down = True
+    cut = time.monotonic()
+    with pytest.raises(LeadershipLost):
+        await asyncio.wait_for(task, 5)
+    # The last renewal succeeded at most one retry period before the cut; the lead task
+    # was stopped within the renew deadline of that, before the 2 s lease could expire.
+    [stopped] = stopped_at
+    assert stopped - cut < FAST["lease_seconds"]
+    assert stopped - cut >= FAST["renew_deadline_seconds"] - FAST["retry_seconds"] - 0.05
+    assert not elector.leading.is_set()
