@@ -305,7 +305,11 @@ async def two_replicas(env: Env, release: bool) -> None:
         await asyncio.sleep(1.5)  # a late duplicate would show within a batch window
         # Each trigger admitted once (a create cancelled in flight may land uncounted).
         assert kube_a.creates + kube_b.creates <= triggers.adds == len(triggers.created)
-        assert triggers.triggers_per_pod() == {ref: 1 for ref in served}
+        # No pod was ever in two triggers, and one trigger per GPU model needed (a pod that
+        # arrives after its group's trigger is placed into it, not named in its serves).
+        per_pod = triggers.triggers_per_pod()
+        assert set(per_pod) <= set(served) and set(per_pod.values()) == {1}
+        assert len(triggers.created) == 3  # a10g, l4 (two halves), l40s
         # One NodeClaim per GPU needed: the 4 examples' GPUs (t4 native, a10g, l4, l40s).
         assert len(nodeclaims.created) == 4
     finally:

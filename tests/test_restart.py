@@ -127,7 +127,11 @@ async def restart_at(env: Env, point: str) -> None:
         await eventually(lambda: settled(env), 25)
         await asyncio.sleep(1.5)  # a late duplicate would show within a batch window
         assert await env.pods(TRIGGERS_NS, "gpu-intent.io/trigger=true") == []  # none leaked
-        assert triggers.triggers_per_pod() == {ref: 1 for ref in served}  # none twice
+        # No pod was ever in two triggers, and one trigger per GPU model needed (a pod that
+        # arrives after its group's trigger is placed into it, not named in its serves).
+        per_pod = triggers.triggers_per_pod()
+        assert set(per_pod) <= set(served) and set(per_pod.values()) == {1}
+        assert len(triggers.created) == 3  # a10g, l4 (two halves), l40s
         assert len(nodeclaims.created) == 4  # one per GPU needed: t4, a10g, l4, l40s
         await eventually(lambda: final_statuses_right(env, served), 10)
     finally:
