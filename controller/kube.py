@@ -61,6 +61,7 @@ EVENTS = Resource("events")
 NODES = Resource("nodes")
 NODECLAIMS = Resource("nodeclaims", "karpenter.sh")
 NODEPOOLS = Resource("nodepools", "karpenter.sh")
+LEASES = Resource("leases", "coordination.k8s.io")
 
 
 async def load_configuration(
@@ -119,6 +120,7 @@ class Kube:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> Kube:
@@ -330,6 +332,44 @@ class Kube:
         await self._call(
             f"recording event in {namespace}",
             self.core.create_namespaced_event,
+            namespace,
+            dict(body),
+        )
+
+    async def get_lease(self, namespace: str, name: str) -> Obj | None:
+        """The ``coordination.k8s.io/v1`` Lease, or None when it does not exist."""
+        try:
+            return await self._call(
+                f"reading lease {namespace}/{name}",
+                self.coordination.read_namespaced_lease,
+                name,
+                namespace,
+            )
+        except KubeError as e:
+            if e.not_found:
+                return None
+            raise
+
+    async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> Obj:
+        """Create a Lease; `KubeError` ``conflict`` (409 AlreadyExists) when another
+        replica created it first."""
+        name = body.get("metadata", {}).get("name", "")
+        return await self._call(
+            f"creating lease {namespace}/{name}",
+            self.coordination.create_namespaced_lease,
+            namespace,
+            dict(body),
+        )
+
+    async def update_lease(self, namespace: str, body: Mapping[str, Any]) -> Obj:
+        """Replace a Lease (PUT). ``body`` carries the ``metadata.resourceVersion`` it was
+        read at, so the API server refuses it with 409 Conflict when anyone wrote the
+        Lease since (optimistic concurrency, as client-go's ``LeaseLock.Update``)."""
+        name = body.get("metadata", {}).get("name", "")
+        return await self._call(
+            f"updating lease {namespace}/{name}",
+            self.coordination.replace_namespaced_lease,
+            name,
             namespace,
             dict(body),
         )

@@ -42,3 +42,8 @@ TIME_TO_NODE = Histogram(
     buckets=(5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 900, 1800),
     registry=REGISTRY,
 )
+LEADER = Gauge(
+    "gpu_intent_leader",
+    "1 while this replica holds the leader Lease and acts, else 0.",
+    registry=REGISTRY,
+)

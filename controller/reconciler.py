@@ -28,6 +28,7 @@ from controller import metrics
 from controller.incremental import IncrementalPlanner
 from controller.informer import Informer, InformerSpec
 from controller.kube import Kube, KubeError
+from controller.leader import LeaderElector, LeadershipLost
 from controller.model import (
     ANNOTATION_NODECLAIM,
     NODE_LABEL,
@@ -35,6 +36,7 @@ from controller.model import (
     NON_BINDING_SCHEDULER,
     SCHEDULED,
     PodRef,
+    ScaleUpStatus,
 )
 from controller.plan import (
     Event,
@@ -50,6 +52,7 @@ from controller.state import (
     NODES,
     NOMINATIONS,
     PENDING_PODS,
+    TRACKED_PHASES,
     TRIGGERS,
     ClusterState,
 )
@@ -130,6 +133,9 @@ class Controller:
         config: settings.
         now: wall clock (timezone-aware) for statuses and planning.
         monotonic: clock for debouncing and expectations.
+        elector: when given, informers run (and ``ready`` is set) on every replica, but
+            passes and writes only while ``elector`` holds the leader Lease; `run` then
+            raises `LeadershipLost` when it is lost.
     """
 
     def __init__(
@@ -139,8 +145,10 @@ class Controller:
         *,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
+        elector: LeaderElector | None = None,
     ) -> None:
         self.kube = kube
+        self.elector = elector
         self.config = config
         self.now = now
         self.state = ClusterState(monotonic)
@@ -159,6 +167,7 @@ class Controller:
         trigger_selector = (
             f"{TRIGGER_LABEL}={TRIGGER_LABEL_VALUE},{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
         )
+        self._trigger_selector = trigger_selector
         specs = [
             InformerSpec(PENDING_PODS, kube_api.PODS, field_selector="spec.nodeName="),
             InformerSpec(
@@ -188,29 +197,109 @@ class Controller:
         self._writer: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
-        """Run until cancelled."""
+        """Run until cancelled. With an elector, raises `LeadershipLost` once this
+        replica has lost the Lease and stopped writing."""
         try:
             async with asyncio.TaskGroup() as group:
                 for informer in self.informers:
                     group.create_task(informer.run(), name=f"informer-{informer.spec.kind}")
                 group.create_task(self._loop(), name="reconcile")
+        except BaseExceptionGroup as e:
+            lost = e.subgroup(LeadershipLost)
+            if lost is not None:
+                raise lost.exceptions[0] from None
+            raise
         finally:
-            for task in (self._writer, self._reader):
-                if task is not None:
-                    task.cancel()
-                    await asyncio.gather(task, return_exceptions=True)
+            await self._stop_writers()
+
+    async def _stop_writers(self) -> None:
+        for task in (self._writer, self._reader):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     async def _loop(self) -> None:
         for informer in self.informers:
             await informer.synced.wait()
-        log.info("caches synced; reconciling (trigger namespace %s)", self.config.namespace)
+        log.info("caches synced (trigger namespace %s)", self.config.namespace)
         self.ready.set()
+        if self.elector is None:
+            await self._lead()
+        else:
+            await self.elector.run(self._lead)
+
+    async def _lead(self) -> None:
+        """Plan and apply until cancelled; on the way out, stop the status writer and
+        the read-back at once (a replica that lost the Lease writes nothing more)."""
+        try:
+            if self.elector is not None:
+                await self._adopt_triggers()
+            await self._find_bound()
+            log.info("reconciling")
+            self._poked.set()  # plan at once, not after a resync period
+            while True:
+                await self._settle()
+                try:
+                    await self.reconcile_once()
+                except Exception:  # a bug in one pass must not end the controller
+                    log.exception("reconcile pass failed; retrying after the next change")
+        finally:
+            await self._stop_writers()
+
+    async def _find_bound(self) -> None:
+        """Before the first pass: find the pods told a tracked phase (``Triggered``,
+        ``Provisioning``, ``NodeReady``...) that are bound already. They got their node
+        while no controller ran (a restart, a leader change), so no watch saw them leave
+        the pending set; without this they kept ``Provisioning`` for ever. They are owed
+        their final ``Scheduled`` status like pods seen leaving (`ClusterState.resolve_left`).
+        One paged list of bound pods, each page reduced to those as it arrives."""
+
+        def keep(obj: kube_api.Obj) -> kube_api.Obj:
+            annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            status = ScaleUpStatus.from_annotation(annotations.get(ANNOTATION_SCALE_UP))
+            return obj if status is not None and status.phase in TRACKED_PHASES else {}
+
         while True:
-            await self._settle()
             try:
-                await self.reconcile_once()
-            except Exception:  # a bug in one pass must not end the controller
-                log.exception("reconcile pass failed; retrying after the next change")
+                items, _ = await self.kube.list(
+                    kube_api.PODS, field_selector="spec.nodeName!=", keep=keep
+                )
+                break
+            except KubeError as e:
+                log.warning("reading bound pods before the first pass: %s; retrying", e)
+                await asyncio.sleep(1.0)
+        found = [obj for obj in items if obj]
+        for obj in found:
+            meta = obj["metadata"]
+            self.state.resolve_left((meta["namespace"], meta["name"]), obj)
+        if found:
+            log.info("%d pods got a node while no controller ran; telling them", len(found))
+
+    async def _adopt_triggers(self) -> None:
+        """Before a new leader's first pass: read the trigger pods from the API server
+        and hold every one its cache does not show yet as expected, so triggers the
+        former leader created just before it stopped, whose watch events have not
+        arrived here, are never created a second time (their names embed the creation
+        second, so a later create would not collide)."""
+        while True:
+            try:
+                items, _ = await self.kube.list(
+                    kube_api.PODS,
+                    namespace=self.config.namespace,
+                    label_selector=self._trigger_selector,
+                )
+                break
+            except KubeError as e:
+                log.warning("reading triggers before leading: %s; retrying", e)
+                await asyncio.sleep(1.0)
+        adopted = 0
+        for obj in items:
+            meta = obj.get("metadata") or {}
+            key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+            if self.state.current(TRIGGERS, key) is None:
+                self.state.expect(TRIGGERS, obj)
+                adopted += 1
+        log.info("leading: %d triggers live, %d not yet in the cache", len(items), adopted)
 
     async def _settle(self) -> None:
         """Wait for a poke (or the resync period), then for changes to go quiet.

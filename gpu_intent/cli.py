@@ -14,6 +14,7 @@ import gc
 import logging
 import os
 import signal
+import socket
 import ssl
 import sys
 from collections.abc import Coroutine, Sequence
@@ -252,6 +253,43 @@ def build_parser() -> argparse.ArgumentParser:
         default=50.0,
         help="status and Event writes per second at most (default 50); trigger writes are not limited",
     )
+    controller.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="act only while holding a coordination.k8s.io Lease, so several replicas can "
+        "run (default on; --no-leader-elect for a single replica)",
+    )
+    controller.add_argument(
+        "--leader-election-namespace",
+        default=None,
+        help="namespace of the Lease (default: the trigger namespace)",
+    )
+    controller.add_argument(
+        "--leader-election-lease-name",
+        default="gpu-intent-controller",
+        help="name of the Lease (default gpu-intent-controller)",
+    )
+    controller.add_argument(
+        "--leader-election-lease-duration",
+        type=_positive,
+        default=15.0,
+        help="seconds a follower waits after the leader's last renewal before taking over "
+        "(default 15)",
+    )
+    controller.add_argument(
+        "--leader-election-renew-deadline",
+        type=_positive,
+        default=10.0,
+        help="seconds the leader keeps trying to renew before it stops acting and exits 1 "
+        "(default 10)",
+    )
+    controller.add_argument(
+        "--leader-election-retry-period",
+        type=_positive,
+        default=2.0,
+        help="seconds between attempts to take or renew the Lease (default 2)",
+    )
 
     certs = sub.add_parser(
         "certs", help="write a CA and a serving certificate (ca.crt, tls.crt, tls.key)"
@@ -349,6 +387,7 @@ def _configure_logging(level: str) -> None:
 
 async def _run_controller(args: argparse.Namespace) -> None:
     from controller.kube import Kube
+    from controller.leader import LeaderElectionConfig, LeaderElector
     from controller.reconciler import Controller, ControllerConfig
     from controller.server import start
 
@@ -359,8 +398,19 @@ async def _run_controller(args: argparse.Namespace) -> None:
         resync_seconds=args.resync_seconds,
         report_writes_per_second=args.report_writes_per_second,
     )
+    elector_config = None
+    if args.leader_elect:
+        elector_config = LeaderElectionConfig(
+            namespace=args.leader_election_namespace or config.namespace,
+            identity=os.environ.get("POD_NAME") or f"{socket.gethostname()}_{os.getpid()}",
+            name=args.leader_election_lease_name,
+            lease_seconds=args.leader_election_lease_duration,
+            renew_deadline_seconds=args.leader_election_renew_deadline,
+            retry_seconds=args.leader_election_retry_period,
+        )
     kube = await Kube.connect(args.kubeconfig, args.context)
-    controller = Controller(kube, config)
+    elector = LeaderElector(kube, elector_config) if elector_config else None
+    controller = Controller(kube, config, elector=elector)
     runner = await start(controller, *args.metrics_address)
     try:
         await controller.run()
@@ -450,10 +500,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
     elif args.command == "controller":
         from controller.kube import KubeError
+        from controller.leader import LeadershipLost
 
         try:
             asyncio.run(_until_signalled(_run_controller(args)))
-        except (KubeError, OSError) as e:
+        except (KubeError, OSError, LeadershipLost, ValueError) as e:
             log.error("controller: %s", e)
             return 1
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from certs import write_tls_files
 from controller.kube import Kube, load_configuration
 from gpu_intent.demo import apply, default_examples, load_manifests, webhook_configuration
 from sim.cluster import SimCluster
+from sim.nodeclaims import KarpenterTimings
 from webhook import server as webhook_server
 
 
@@ -20,9 +22,16 @@ from webhook import server as webhook_server
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
     """The examples' namespaces and NodePools on a sim with the real webhook registered
     (the workload pods are left to each test)."""
+    async with make_env(tmp_path, FAST) as made:
+        yield made
+
+
+@asynccontextmanager
+async def make_env(tmp_path: Path, timings: KarpenterTimings) -> AsyncIterator[Env]:
+    """`env` with Karpenter ``timings`` of one's choice."""
     tls = write_tls_files(tmp_path / "webhook", ["localhost"], ["127.0.0.1"])
     async with SimCluster(
-        tmp_path / "cluster", karpenter=FAST, scheduler_resync_seconds=0.1
+        tmp_path / "cluster", karpenter=timings, scheduler_resync_seconds=0.1
     ) as cluster:
         runner = await webhook_server.start(
             webhook_server.make_app(),

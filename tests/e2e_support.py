@@ -98,3 +98,34 @@ class NodeClaimCount:
     async def close(self) -> None:
         self._watcher.close()
         await asyncio.gather(self._task, return_exceptions=True)
+
+
+class TriggerCount:
+    """Every trigger pod the sim's store ever admitted in the trigger namespace since
+    `start`, by name, with the pods it served (``gpu-intent.io/serves``)."""
+
+    def __init__(self, cluster: SimCluster) -> None:
+        self._watcher = cluster.store.watch(sim_store.PODS, TRIGGERS_NS)
+        self.created: dict[str, tuple[str, ...]] = {}
+        self.adds = 0
+        self._task = asyncio.create_task(self._follow())
+
+    async def _follow(self) -> None:
+        async for event in self._watcher:
+            if event.type == "ADDED":
+                meta = event.obj["metadata"]
+                self.adds += 1
+                serves = (meta.get("annotations") or {}).get("gpu-intent.io/serves", "")
+                self.created[meta["name"]] = tuple(s for s in serves.split(",") if s)
+
+    def triggers_per_pod(self) -> dict[str, int]:
+        """How many triggers were ever created for each served pod (``ns/name``)."""
+        out: dict[str, int] = {}
+        for serves in self.created.values():
+            for ref in serves:
+                out[ref] = out.get(ref, 0) + 1
+        return out
+
+    async def close(self) -> None:
+        self._watcher.close()
+        await asyncio.gather(self._task, return_exceptions=True)
