@@ -155,6 +155,16 @@ class Faults:
         """Switch every fault off."""
         self.faults.clear()
 
+    def open_watches(self, resource: str | None = None) -> int:
+        """How many watches (on ``resource`` if given) are open now."""
+        if self._app is None:
+            return 0
+        return sum(
+            1
+            for watcher in self._app[CONTEXT].watchers
+            if resource is None or watcher.rt.plural == resource
+        )
+
     def drop_watches(self, resource: str | None = None) -> int:
         """End every open watch (on ``resource`` if given) now; returns how many."""
         if self._app is None:

@@ -28,6 +28,11 @@ async def test_every_pod_binds_through_api_faults(env: Env) -> None:
     task = asyncio.create_task(controller.run())
     try:
         await asyncio.wait_for(controller.ready.wait(), 10)
+
+        async def pod_watches_open() -> bool:  # an informer is synced after its list,
+            return faults.open_watches("pods") >= 2  # its watch opens just after
+
+        await eventually(pod_watches_open, 10)
         expired, errors = restarts("expired"), restarts("error")
         faults.add("latency", delay=0.02)
         gone = faults.add("gone", verb="watch", resource="pods", count=2)
@@ -45,7 +50,9 @@ async def test_every_pod_binds_through_api_faults(env: Env) -> None:
 
         await eventually(all_bound_no_triggers, 60)
         assert (gone.hits, failed.hits, throttled.hits) == (2, 1, 1)
-        assert restarts("expired") >= expired + 2 and restarts("error") >= errors + 2
+        # Both 410s end pod watches; of the 500 and the 429 on listing pods, one may meet
+        # the controller's one-off list of bound pods instead of an informer's relist.
+        assert restarts("expired") >= expired + 2 and restarts("error") >= errors + 1
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
