@@ -90,7 +90,8 @@ def short(text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Demand:
-    """What one demand source says: GPUs, its source tokens and the reasoning."""
+    """What one demand source says: GPUs, its source tokens and the reasoning (``why``,
+    empty when `read_demand` was asked not to explain)."""
 
     gpus: Decimal
     source: tuple[str, ...]
@@ -250,7 +251,7 @@ def _num(value: Decimal) -> str:
     return format(value.normalize(), "f")
 
 
-def _hami(pod: _Containers) -> Demand | None:
+def _hami(pod: _Containers, explain: bool) -> Demand | None:
     """HAMi demand (Project-HAMi/HAMi): container resources, summed like the scheduler does.
 
     Per container, in GPUs:
@@ -299,16 +300,19 @@ def _hami(pod: _Containers) -> Demand | None:
         if count >= 2:  # one vGPU per physical GPU: N distinct GPUs, whole
             if shares:
                 used.add(GPU_RESOURCE)
-            notes.append(f"{path}: {_num(count)} vGPUs on {_num(count)} distinct GPUs")
+            if explain:
+                notes.append(f"{path}: {_num(count)} vGPUs on {_num(count)} distinct GPUs")
             return count
-        notes.append(f"{path}: {_num(count)} vGPU of {_num(share)} GPU")
+        if explain:
+            notes.append(f"{path}: {_num(count)} vGPU of {_num(share)} GPU")
         return count * share
 
     gpus = _pod_total(pod, per_container)
     if gpus <= 0:
         return None
     source = tuple(f"hami:{key}" for key in (GPU_RESOURCE, *_HAMI_RESOURCES) if key in used)
-    why = "; ".join(notes) + " (HAMi places each vGPU of a container on its own GPU)"
+    why = "; ".join(notes) + " (HAMi places each vGPU of a container on its own GPU)" \
+        if explain else ""  # fmt: skip
     return Demand(
         gpus=gpus,
         source=source or (f"hami:{GPU_RESOURCE}",),
@@ -353,7 +357,7 @@ def _positive_int(annotations: Mapping[str, Any], key: str) -> int:
     return int(value)
 
 
-def _kai(annotations: Mapping[str, Any]) -> Demand | None:
+def _kai(annotations: Mapping[str, Any], explain: bool) -> Demand | None:
     """KAI-Scheduler demand (kai-scheduler/KAI-Scheduler pod annotations), in GPUs.
 
     One device (``gpu-fraction-num-devices`` absent or 1) is ``gpu-fraction`` GPUs
@@ -379,16 +383,20 @@ def _kai(annotations: Mapping[str, Any]) -> Demand | None:
     if KAI_GPU_MEMORY in annotations:
         memory = _positive_int(annotations, KAI_GPU_MEMORY)
     fraction = KAI_MEMORY_FRACTION
-    why = f"gpu-memory without gpu-fraction counts {fraction} GPU (KAI node-scale-adjuster)"
     if KAI_GPU_FRACTION in annotations:
         fraction = _decimal(annotations, KAI_GPU_FRACTION)
         if not 0 < fraction <= 1:
             raise IntentError(
                 f"metadata.annotations[{KAI_GPU_FRACTION!r}]: {fraction} must be in (0, 1]"
             )
-        why = f"gpu-fraction {_num(fraction)} of one GPU (KAI-Scheduler)"
-    if devices >= 2:  # N distinct devices: N GPUs
+    if not explain:
+        why = ""
+    elif devices >= 2:  # N distinct devices: N GPUs
         why = f"{devices} devices (gpu-fraction-num-devices) are {devices} distinct GPUs (KAI-Scheduler)"
+    elif KAI_GPU_FRACTION in annotations:
+        why = f"gpu-fraction {_num(fraction)} of one GPU (KAI-Scheduler)"
+    else:
+        why = f"gpu-memory without gpu-fraction counts {fraction} GPU (KAI node-scale-adjuster)"
     gpus = Decimal(devices) if devices >= 2 else fraction
     return Demand(
         gpus=gpus,
@@ -399,7 +407,9 @@ def _kai(annotations: Mapping[str, Any]) -> Demand | None:
     )
 
 
-def _tensor_fusion(labels: Mapping[str, Any], annotations: Mapping[str, Any]) -> Demand | None:
+def _tensor_fusion(
+    labels: Mapping[str, Any], annotations: Mapping[str, Any], explain: bool
+) -> Demand | None:
     """tensor-fusion demand (NexusGPU/tensor-fusion pod label and annotations), in GPUs.
 
     One GPU (``gpu-count`` absent or 1) is ``compute-percent-request``/100 GPUs, 1 when
@@ -444,7 +454,9 @@ def _tensor_fusion(labels: Mapping[str, Any], annotations: Mapping[str, Any]) ->
                 break
         else:
             source.append(token(TF_ENABLED_LABEL))
-    if count >= 2:
+    if not explain:
+        why = ""
+    elif count >= 2:
         why = f"gpu-count {count} is {count} distinct GPUs of one node (tensor-fusion GpuAllocator)"
     else:
         why = f"one GPU, compute share {_num(share)} (tensor-fusion)"
@@ -472,13 +484,14 @@ def _whole(pod: _Containers, resource: str) -> Decimal:
     return _pod_total(pod, per_container)
 
 
-def _whole_gpus(pod: _Containers) -> Demand | None:
+def _whole_gpus(pod: _Containers, explain: bool) -> Demand | None:
     """Whole devices: the pod's effective ``nvidia.com/gpu``, else ``amd.com/gpu``
     request (extended resources of NVIDIA's and AMD's device plugins)."""
     for resource, vendor in ((GPU_RESOURCE, "nvidia"), (AMD_GPU_RESOURCE, "amd")):
         gpus = _whole(pod, resource)
         if gpus > 0:
-            why = f"{_num(gpus)} whole {resource} requested (the pod's effective request)"
+            why = f"{_num(gpus)} whole {resource} requested (the pod's effective request)" \
+                if explain else ""  # fmt: skip
             return Demand(gpus=gpus, source=(f"resources:{resource}",), why=why, vendor=vendor)
     return None
 
@@ -489,21 +502,24 @@ def read_demand(
     labels: Mapping[str, Any],
     annotations: Mapping[str, Any],
     warnings: list[str],
+    *,
+    explain: bool = True,
 ) -> tuple[Demand | None, list[str]]:
     """The first demand source that gives GPUs, and the rule tokens its choice needed.
 
     Every source is read; one whose fields do not parse is skipped with a warning. A
-    sharing layer that disagrees with the chosen one is a warning.
+    sharing layer that disagrees with the chosen one is a warning. ``explain`` False
+    leaves `Demand.why` empty (the webhook does not show it); nothing else changes.
 
     Raises:
         IntentError: no source gives demand and one failed to parse (its error).
     """
     pod = _Containers(spec)
     layers: list[tuple[str, Callable[[], Demand | None]]] = [
-        ("hami", lambda: _hami(pod)),
-        ("kai", lambda: _kai(annotations)),
-        ("tensor-fusion", lambda: _tensor_fusion(labels, annotations)),
-        ("resources", lambda: _whole_gpus(pod)),
+        ("hami", lambda: _hami(pod, explain)),
+        ("kai", lambda: _kai(annotations, explain)),
+        ("tensor-fusion", lambda: _tensor_fusion(labels, annotations, explain)),
+        ("resources", lambda: _whole_gpus(pod, explain)),
     ]
     found: list[tuple[str, Demand]] = []
     errors: list[tuple[str, IntentError]] = []

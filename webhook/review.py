@@ -322,7 +322,7 @@ def _admit_pod(
     if isinstance(existing, dict) and ANNOTATION_VERSION in existing:
         return Admission(_response(uid), "unchanged", ref)
     try:
-        inference = infer(pod)
+        inference = infer(pod, reasons=False)  # the response carries no reasons
     except IntentError as e:
         reason = f"cannot infer GPU intent: {e}"
         return Admission(allowed_with_warning(uid, reason), "error_object", ref, reason)
