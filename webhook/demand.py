@@ -42,7 +42,6 @@ HAMI_GPUCORES: Final = "nvidia.com/gpucores"
 HAMI_USE_GPUTYPE: Final = "nvidia.com/use-gputype"
 HAMI_NOUSE_GPUTYPE: Final = "nvidia.com/nouse-gputype"
 _HAMI_RESOURCES: Final = (HAMI_GPUMEM, HAMI_GPUMEM_PERCENTAGE, HAMI_GPUCORES)
-_HAMI_KEYS: Final = (GPU_RESOURCE, *_HAMI_RESOURCES)
 
 KAI_GPU_FRACTION: Final = "gpu-fraction"
 KAI_GPU_MEMORY: Final = "gpu-memory"
@@ -281,7 +280,9 @@ def _hami(pod: _Containers, explain: bool) -> Demand | None:
     def per_container(container: Mapping[str, Any], path: str) -> Decimal:
         nonlocal memory
         res = pod.resources(container, path)
-        if not any(k in res.values for k in _HAMI_KEYS):
+        values = res.values
+        if GPU_RESOURCE not in values and HAMI_GPUMEM not in values \
+                and HAMI_GPUMEM_PERCENTAGE not in values and HAMI_GPUCORES not in values:  # fmt: skip
             return Decimal(0)
         found = _quantity(res, GPU_RESOURCE)
         count = Decimal(1) if found is None else found[1]

@@ -46,7 +46,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from decimal import ROUND_CEILING, Decimal, localcontext
+from decimal import ROUND_CEILING, Context, Decimal
 from typing import Any, Final
 
 from gpu_intent.catalog import Catalog, GpuMatch, active_catalog, normalize
@@ -120,12 +120,24 @@ FAMILY_LABELS: Final = (
 )
 #: Karpenter core's NodePool label (kubernetes-sigs/karpenter).
 NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
+#: Node label key -> (group, place in its group, kind): the order `_model_sources` reads
+#: them in (GPU-name labels, instance types, families).
+_MODEL_KEY_ORDER: Final = {
+    key: (group, index, kind)
+    for group, (keys, kind) in enumerate(
+        ((MODEL_LABELS, "label"), (INSTANCE_TYPE_LABELS, "type"), (FAMILY_LABELS, "family"))
+    )
+    for index, key in enumerate(keys)
+}
 
 #: ``gpus`` is rounded up to this step, so a ``1/3`` fraction stays a short annotation.
 GPU_STEP: Final = Decimal("0.000001")
 _VENDOR_PREFIXES: Final = ("nvidia-", "tesla-", "amd-")
 _INVALID_LABEL_CHARS: Final = re.compile(r"[^a-z0-9._-]+")
 _PLACEHOLDER: Final = re.compile(r"\$\{|\{\{|\$\(|<|>")
+_REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
+#: `_round`'s arithmetic: 40 digits, whatever the caller's context.
+_ROUNDING: Final = Context(prec=40)
 
 
 
@@ -207,15 +219,16 @@ def _constraints(spec: Mapping[str, Any], warnings: list[str]) -> _Constraints:
                         if isinstance(k, str) and isinstance(v, str) and v.strip()}  # fmt: skip
     elif selector is not None:
         warnings.append(short("spec.nodeSelector is not an object; ignored"))
-    path = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
     affinity = spec.get("affinity")
+    if affinity is None:
+        return out
     node = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
-    required = node.get(path.rsplit(".", 1)[1]) if isinstance(node, Mapping) else None
+    required = node.get(_REQUIRED) if isinstance(node, Mapping) else None
     if required is None:
         return out
     terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
     if not isinstance(terms, list):
-        warnings.append(short(f"{path}.nodeSelectorTerms is not a list; ignored"))
+        warnings.append(short(f"spec.affinity.nodeAffinity.{_REQUIRED}.nodeSelectorTerms is not a list; ignored"))
         return out
     for term in terms:
         exprs = term.get("matchExpressions") if isinstance(term, Mapping) else None
@@ -225,7 +238,9 @@ def _constraints(spec: Mapping[str, Any], warnings: list[str]) -> _Constraints:
             values = expr.get("values")
             values = [v.strip() for v in values if isinstance(v, str) and v.strip()] \
                 if isinstance(values, list) else []  # fmt: skip
-            target = {"In": out.in_values, "NotIn": out.not_in}.get(str(expr.get("operator")))
+            operator = expr.get("operator")
+            target = out.in_values if operator == "In" else out.not_in if operator == "NotIn" \
+                else None  # fmt: skip
             if target is not None and values:
                 target.setdefault(expr["key"], []).extend(values)
     return out
@@ -347,14 +362,21 @@ def _model_sources(
 
     if user is not None:
         add(f"user:{ANNOTATION_MODEL}", [user])
-    selected = {k: [v] for k, v in constraints.selector.items()}
-    for keys, kind in ((MODEL_LABELS, "label"), (INSTANCE_TYPE_LABELS, "type"), (FAMILY_LABELS, "family")):
-        for where, values in (("nodeSelector", selected), ("nodeAffinity", constraints.in_values)):
-            for key in keys:
-                raws = values.get(key)
-                if not raws:
-                    continue
-                add(f"{where}:{key}", raws, kind)
+    # Label, then instance type, then family keys; in each, nodeSelector before affinity,
+    # keys in their tuple's order. Only the pod's own keys are looked up (usually 0-3).
+    found: list[tuple[tuple[int, int, int], str, str, list[str]]] = []
+    named: list[tuple[str, Mapping[str, list[str]]]] = [
+        ("nodeSelector", {k: [v] for k, v in constraints.selector.items()}),
+        ("nodeAffinity", constraints.in_values),
+    ]
+    for rank, (where, values) in enumerate(named):
+        for key, raws in values.items():
+            order = _MODEL_KEY_ORDER.get(key)
+            if order is not None and raws:
+                group, index, kind = order
+                found.append(((group, rank, index), f"{where}:{key}", kind, raws))
+    for _, token, kind, raws in sorted(found, key=lambda f: f[0]):
+        add(token, raws, kind)
     for key, token in ((HAMI_USE_GPUTYPE, "hami"), (TF_GPU_MODEL, "tensor-fusion")):
         raw = annotations.get(key)
         if isinstance(raw, str):
@@ -385,7 +407,7 @@ def _model_deny(
     raw = annotations.get(HAMI_NOUSE_GPUTYPE)
     if isinstance(raw, str):
         deny += [(f"hami:{HAMI_NOUSE_GPUTYPE}", normalize(e)) for e in raw.split(",") if e.strip()]
-    for key in MODEL_LABELS:
+    for key in MODEL_LABELS if constraints.not_in else ():
         for value in constraints.not_in.get(key, []):
             found = catalog.lookup(value)
             deny.append((f"nodeAffinity:{key}", found.gpu.id if found and found.gpu else
@@ -544,9 +566,7 @@ def _pool(
 
 
 def _round(gpus: Decimal) -> Decimal:
-    with localcontext() as ctx:
-        ctx.prec = 40
-        rounded = gpus.quantize(GPU_STEP, rounding=ROUND_CEILING)
+    rounded = gpus.quantize(GPU_STEP, rounding=ROUND_CEILING, context=_ROUNDING)
     return gpus if rounded == gpus else rounded  # keep "0.5" as 0.5
 
 
