@@ -176,13 +176,14 @@ class Catalog:
         longer name (``NVIDIA-H100-80GB-HBM3``), a memory token (``80GB``) picking the
         variant. Matching is case-insensitive, ``_`` and spaces read as ``-``.
         """
+        if raw in self._memo:  # as written: most spellings come again unchanged
+            return self._memo[raw]
         key = normalize(raw)
-        if key in self._memo:
-            return self._memo[key]
-        found = self._lookup(key)
+        found = self._memo[key] if key in self._memo else self._lookup(key)
         if len(self._memo) >= _MEMO_LIMIT:
             self._memo.clear()
         self._memo[key] = found
+        self._memo[raw] = found
         return found
 
     def _lookup(self, key: str) -> GpuMatch | None:

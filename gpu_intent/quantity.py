@@ -20,6 +20,7 @@ this module implements the grammar directly rather than pulling in the synchrono
 
 from __future__ import annotations
 
+import functools
 import re
 from decimal import Decimal, InvalidOperation, localcontext
 from typing import Final
@@ -47,6 +48,10 @@ _MAX_TEXT: Final = 64
 #: Largest decimal exponent (``e<n>``) accepted at all, whatever the digits before it.
 _MAX_SHIFT: Final = MAX_EXPONENT + _MAX_TEXT
 _MIB: Final = Decimal(1024 * 1024)
+#: Distinct quantity values `parse_quantity` remembers, and the longest string it keys on
+#: (anything longer is parsed each time; over `_MAX_TEXT` it is an error anyway).
+_MEMO_SIZE: Final = 1024
+_MEMO_TEXT: Final = 2 * _MAX_TEXT
 
 
 def _show(value: object) -> str:
@@ -57,6 +62,11 @@ def _show(value: object) -> str:
 
 def parse_quantity(value: str | int | float, field: str) -> Decimal:
     """Parse a Kubernetes quantity into an exact Decimal in the quantity's base unit.
+
+    Memoized on ``value`` (up to `_MEMO_SIZE` distinct values, of at most `_MEMO_TEXT`
+    characters): a `Decimal` is immutable, so one parse serves every pod that writes the
+    same ``"1"`` or ``"20000"``, and an error is kept as the text that follows
+    ``field``, so the message still names the caller's field.
 
     Args:
         value: the quantity as the API gives it: a string (``"20Gi"``, ``"3k"``,
@@ -78,18 +88,28 @@ def parse_quantity(value: str | int | float, field: str) -> Decimal:
     """
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise IntentError(f"{field}: {_show(value)} is not a quantity")
+    parsed = _parsed(value) if not isinstance(value, str) or len(value) <= _MEMO_TEXT \
+        else _parse(value)  # fmt: skip
+    if isinstance(parsed, str):
+        raise IntentError(f"{field}: {parsed}")
+    return parsed
+
+
+def _parse(value: str | int | float) -> Decimal | str:
+    """`parse_quantity` of a string or number: the Decimal, or the error message after
+    ``<field>: ``."""
     text = str(value).strip() if not isinstance(value, float) else repr(value)
     if not text:
-        raise IntentError(f"{field}: empty quantity")
+        return "empty quantity"
     if len(text) > _MAX_TEXT:
-        raise IntentError(f"{field}: quantity {_show(text)} is too long")
+        return f"quantity {_show(text)} is too long"
     match = _QUANTITY_RE.fullmatch(text)
     if match is None:
-        raise IntentError(f"{field}: {_show(text)} is not a Kubernetes quantity")
+        return f"{_show(text)} is not a Kubernetes quantity"
     try:
         number = Decimal(match["number"])
-    except InvalidOperation as e:  # pragma: no cover - the regex admits only digits
-        raise IntentError(f"{field}: {_show(text)} is not a Kubernetes quantity") from e
+    except InvalidOperation:  # pragma: no cover - the regex admits only digits
+        return f"{_show(text)} is not a Kubernetes quantity"
     with localcontext() as ctx:
         ctx.prec = 80
         if match["binary"] is not None:
@@ -106,11 +126,15 @@ def parse_quantity(value: str | int | float, field: str) -> Decimal:
             if abs(exponent) > _MAX_SHIFT or (
                 number and abs(number.adjusted() + exponent) > MAX_EXPONENT
             ):
-                raise IntentError(f"{field}: quantity {_show(text)} is out of range")
+                return f"quantity {_show(text)} is out of range"
             scaled = number.scaleb(exponent)
     if scaled and scaled.adjusted() > MAX_EXPONENT:
-        raise IntentError(f"{field}: quantity {_show(text)} is out of range")
+        return f"quantity {_show(text)} is out of range"
     return scaled
+
+
+#: `_parse` memoized; ``typed``, so ``1``, ``1.0`` and ``"1"`` are separate entries.
+_parsed: Final = functools.lru_cache(maxsize=_MEMO_SIZE, typed=True)(_parse)
 
 
 def _ceil(value: Decimal) -> int:

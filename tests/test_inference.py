@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -902,3 +903,29 @@ def test_every_warning_fits_120_characters_with_the_prefix() -> None:
     inference = infer(p)
     assert len(inference.warnings) >= 3
     assert all(len("gpu-intent: " + w) <= 120 for w in inference.warnings)
+
+
+def _every_manifest_template() -> list[Any]:
+    from pathlib import Path
+
+    from gpu_intent.explain import find_templates, read_documents
+
+    root = Path(__file__).resolve().parent.parent
+    files = sorted(str(p) for d in (root / "tests/fixtures/manifests", root / "examples")
+                   for p in d.glob("*.yaml"))  # fmt: skip
+    return [t.pod for document in read_documents(files) for t in find_templates(document)]
+
+
+def test_without_reasons_the_intent_and_warnings_are_the_same() -> None:
+    templates = _every_manifest_template()
+    assert len(templates) > 30
+    for template in templates:
+        try:
+            full = infer(template)
+        except IntentError as e:
+            with pytest.raises(IntentError, match=f"^{re.escape(str(e))}$"):
+                infer(template, reasons=False)
+            continue
+        lean = infer(template, reasons=False)
+        assert (lean.intent, lean.warnings, lean.reasons) == (full.intent, full.warnings, ())
+        assert full.intent is None or len(full.reasons) == 5

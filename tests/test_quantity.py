@@ -79,3 +79,20 @@ def test_exponent_forms_and_numbers_parse_or_raise_intent_error(raw: str | int |
 
 def test_parsed_values_are_exact() -> None:
     assert parse_quantity("1.5e3", "f") == Decimal(1500)
+
+
+def test_memoized_parse_names_each_callers_field() -> None:
+    for field in ("first", "second"):  # the second parse of "abc" comes from the memo
+        with pytest.raises(IntentError, match=rf"^{field}: 'abc' is not a Kubernetes quantity$"):
+            parse_quantity("abc", field)
+    long_text = " " * 200 + "1"  # past the memo's key length: parsed each time, same answer
+    assert parse_quantity(long_text, "f") == 1
+    assert parse_quantity("1", "f") is parse_quantity("1", "g")
+
+
+def test_memo_keeps_numbers_and_strings_apart() -> None:
+    assert parse_quantity(1, "f") == parse_quantity(1.0, "f") == parse_quantity("1", "f") == 1
+    with pytest.raises(IntentError, match=r"^f: True is not a quantity$"):
+        parse_quantity(True, "f")
+    with pytest.raises(IntentError, match=r"^f: \[1\] is not a quantity$"):
+        parse_quantity([1], "f")  # type: ignore[arg-type]  # unhashable: never reaches the memo

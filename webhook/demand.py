@@ -89,7 +89,8 @@ def short(text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Demand:
-    """What one demand source says: GPUs, its source tokens and the reasoning."""
+    """What one demand source says: GPUs, its source tokens and the reasoning (``why``,
+    empty when `read_demand` was asked not to explain)."""
 
     gpus: Decimal
     source: tuple[str, ...]
@@ -101,6 +102,8 @@ class Demand:
 
 def as_mapping(value: object, where: str) -> Mapping[str, Any]:
     """``value`` as a mapping; None (JSON null or absent) is an empty one."""
+    if type(value) is dict:  # JSON's objects: skip the slower ABC check
+        return value
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -124,25 +127,85 @@ def _containers(spec: Mapping[str, Any], kind: str) -> list[tuple[str, Mapping[s
     return [(f"spec.{kind}[{i}]", as_mapping(c, f"spec.{kind}[{i}]")) for i, c in enumerate(raw)]
 
 
-def _resources(container: Mapping[str, Any], path: str) -> dict[str, tuple[str, object]]:
-    """Effective resources of one container: ``{key: (field path, raw quantity)}``.
+class _Resources:
+    """Effective resources of one container: ``values`` maps a resource name to its raw
+    quantity.
 
     Requests, falling back to limits for a key absent from requests: Kubernetes defaults
     an extended resource's request to its limit (kubernetes/kubernetes, core/v1 defaults).
+    The field path of a value (for messages) is built only when asked (`where`).
     """
-    resources = as_mapping(container.get("resources"), f"{path}.resources")
-    out: dict[str, tuple[str, object]] = {}
-    for where in ("limits", "requests"):  # requests overwrite limits
-        for key, raw in as_mapping(resources.get(where), f"{path}.resources.{where}").items():
-            out[key] = (f"{path}.resources.{where}[{key!r}]", raw)
-    return out
+
+    __slots__ = ("_path", "_requests", "values")
+
+    def __init__(self, container: Mapping[str, Any], path: str) -> None:
+        # `as_mapping` checks, the field paths built only for a value that is not a dict
+        resources = container.get("resources")
+        if type(resources) is not dict:
+            resources = as_mapping(resources, f"{path}.resources")
+        limits = resources.get("limits")
+        if type(limits) is not dict:
+            limits = as_mapping(limits, f"{path}.resources.limits")
+        requests = resources.get("requests")
+        if type(requests) is not dict:
+            requests = as_mapping(requests, f"{path}.resources.requests")
+        self._path = path
+        self._requests = requests
+        self.values: Mapping[str, object] = {**limits, **requests}  # requests overwrite limits
+
+    def where(self, key: str) -> str:
+        """The field path of resource ``key``: ``spec.containers[0].resources.limits['cpu']``."""
+        section = "requests" if key in self._requests else "limits"
+        return f"{self._path}.resources.{section}[{key!r}]"
 
 
-def _quantity(res: Mapping[str, tuple[str, object]], key: str) -> tuple[str, Decimal] | None:
+class _Containers:
+    """The containers of one pod spec and their `_Resources`, each read at most once.
+
+    Several demand sources walk the same containers; this keeps the walk's results (or
+    its `IntentError` message, raised again at the same point) for the whole reading.
+    """
+
+    __slots__ = ("_lists", "_resources", "_spec")
+
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        self._spec = spec
+        self._lists: dict[str, list[tuple[str, Mapping[str, Any]]] | str] = {}
+        self._resources: dict[str, _Resources | str] = {}
+
+    def of(self, kind: str) -> list[tuple[str, Mapping[str, Any]]]:
+        """`_containers` of ``kind`` (``containers``/``initContainers``)."""
+        found = self._lists.get(kind)
+        if found is None:
+            try:
+                found = _containers(self._spec, kind)
+            except IntentError as e:
+                found = str(e)
+            self._lists[kind] = found
+        if isinstance(found, str):
+            raise IntentError(found)
+        return found
+
+    def resources(self, container: Mapping[str, Any], path: str) -> _Resources:
+        """The `_Resources` of ``container``, found at ``path``."""
+        found = self._resources.get(path)
+        if found is None:
+            try:
+                found = _Resources(container, path)
+            except IntentError as e:
+                found = str(e)
+            self._resources[path] = found
+        if isinstance(found, str):
+            raise IntentError(found)
+        return found
+
+
+def _quantity(res: _Resources, key: str) -> tuple[str, Decimal] | None:
     """``(field path, value)`` of resource ``key`` (a non-negative quantity), or None."""
-    if key not in res:
+    raw = res.values.get(key)
+    if raw is None and key not in res.values:
         return None
-    where, raw = res[key]
+    where = res.where(key)
     if not isinstance(raw, str | int | float):
         raise IntentError(f"{where}: {show(raw)} is not a quantity")
     value = parse_quantity(raw, where)
@@ -151,7 +214,7 @@ def _quantity(res: Mapping[str, tuple[str, object]], key: str) -> tuple[str, Dec
     return where, value
 
 
-def _pod_total(spec: Mapping[str, Any], per_container: _PerContainer) -> Decimal:
+def _pod_total(pod: _Containers, per_container: _PerContainer) -> Decimal:
     """The pod's effective demand for one resource, as the kube-scheduler computes it.
 
     ``max(sum(containers) + sum(sidecars), max over init containers of (init + sidecars
@@ -161,22 +224,18 @@ def _pod_total(spec: Mapping[str, Any], per_container: _PerContainer) -> Decimal
     """
     sidecars = Decimal(0)
     init_peak = Decimal(0)
-    for path, container in _containers(spec, "initContainers"):
+    for path, container in pod.of("initContainers"):
         value = per_container(container, path)
         if container.get("restartPolicy") == "Always":
             sidecars += value
             init_peak = max(init_peak, sidecars)
         else:
             init_peak = max(init_peak, value + sidecars)
-    regular = sum((per_container(c, p) for p, c in _containers(spec, "containers")), Decimal(0))
+    regular = sum((per_container(c, p) for p, c in pod.of("containers")), Decimal(0))
     return max(regular + sidecars, init_peak)
 
 
-def _all_containers(spec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    return _containers(spec, "initContainers") + _containers(spec, "containers")
-
-
-def _percent_share(res: Mapping[str, tuple[str, object]], key: str) -> Decimal | None:
+def _percent_share(res: _Resources, key: str) -> Decimal | None:
     """Resource ``key``, a 0-100 percent, as a share of one GPU; None if absent or 0."""
     found = _quantity(res, key)
     if found is None or found[1] == 0:
@@ -191,7 +250,7 @@ def _num(value: Decimal) -> str:
     return format(value.normalize(), "f")
 
 
-def _hami(spec: Mapping[str, Any]) -> Demand | None:
+def _hami(pod: _Containers, explain: bool) -> Demand | None:
     """HAMi demand (Project-HAMi/HAMi): container resources, summed like the scheduler does.
 
     Per container, in GPUs:
@@ -212,8 +271,7 @@ def _hami(spec: Mapping[str, Any]) -> Demand | None:
     ``gpu_memory_mib`` is the largest ``nvidia.com/gpumem`` (MiB per vGPU, hence per
     physical GPU) of any container.
     """
-    containers = _all_containers(spec)
-    if not any(k in _resources(c, p) for p, c in containers for k in _HAMI_RESOURCES):
+    if not _asks_hami(pod):
         return None
     used: set[str] = set()
     notes: list[str] = []
@@ -221,8 +279,10 @@ def _hami(spec: Mapping[str, Any]) -> Demand | None:
 
     def per_container(container: Mapping[str, Any], path: str) -> Decimal:
         nonlocal memory
-        res = _resources(container, path)
-        if not any(k in res for k in (GPU_RESOURCE, *_HAMI_RESOURCES)):
+        res = pod.resources(container, path)
+        values = res.values
+        if GPU_RESOURCE not in values and HAMI_GPUMEM not in values \
+                and HAMI_GPUMEM_PERCENTAGE not in values and HAMI_GPUCORES not in values:  # fmt: skip
             return Decimal(0)
         found = _quantity(res, GPU_RESOURCE)
         count = Decimal(1) if found is None else found[1]
@@ -241,16 +301,19 @@ def _hami(spec: Mapping[str, Any]) -> Demand | None:
         if count >= 2:  # one vGPU per physical GPU: N distinct GPUs, whole
             if shares:
                 used.add(GPU_RESOURCE)
-            notes.append(f"{path}: {_num(count)} vGPUs on {_num(count)} distinct GPUs")
+            if explain:
+                notes.append(f"{path}: {_num(count)} vGPUs on {_num(count)} distinct GPUs")
             return count
-        notes.append(f"{path}: {_num(count)} vGPU of {_num(share)} GPU")
+        if explain:
+            notes.append(f"{path}: {_num(count)} vGPU of {_num(share)} GPU")
         return count * share
 
-    gpus = _pod_total(spec, per_container)
+    gpus = _pod_total(pod, per_container)
     if gpus <= 0:
         return None
     source = tuple(f"hami:{key}" for key in (GPU_RESOURCE, *_HAMI_RESOURCES) if key in used)
-    why = "; ".join(notes) + " (HAMi places each vGPU of a container on its own GPU)"
+    why = "; ".join(notes) + " (HAMi places each vGPU of a container on its own GPU)" \
+        if explain else ""  # fmt: skip
     return Demand(
         gpus=gpus,
         source=source or (f"hami:{GPU_RESOURCE}",),
@@ -258,6 +321,16 @@ def _hami(spec: Mapping[str, Any]) -> Demand | None:
         gpu_memory_mib=memory,
         memory_source=f"hami:{HAMI_GPUMEM}" if memory else None,
     )
+
+
+def _asks_hami(pod: _Containers) -> bool:
+    """Whether any container (init containers first) has a HAMi resource."""
+    containers = pod.of("initContainers") + pod.of("containers")
+    for path, container in containers:
+        values = pod.resources(container, path).values
+        if HAMI_GPUMEM in values or HAMI_GPUMEM_PERCENTAGE in values or HAMI_GPUCORES in values:
+            return True
+    return False
 
 
 def _decimal(annotations: Mapping[str, Any], key: str) -> Decimal:
@@ -285,7 +358,7 @@ def _positive_int(annotations: Mapping[str, Any], key: str) -> int:
     return int(value)
 
 
-def _kai(annotations: Mapping[str, Any]) -> Demand | None:
+def _kai(annotations: Mapping[str, Any], explain: bool) -> Demand | None:
     """KAI-Scheduler demand (kai-scheduler/KAI-Scheduler pod annotations), in GPUs.
 
     One device (``gpu-fraction-num-devices`` absent or 1) is ``gpu-fraction`` GPUs
@@ -311,16 +384,20 @@ def _kai(annotations: Mapping[str, Any]) -> Demand | None:
     if KAI_GPU_MEMORY in annotations:
         memory = _positive_int(annotations, KAI_GPU_MEMORY)
     fraction = KAI_MEMORY_FRACTION
-    why = f"gpu-memory without gpu-fraction counts {fraction} GPU (KAI node-scale-adjuster)"
     if KAI_GPU_FRACTION in annotations:
         fraction = _decimal(annotations, KAI_GPU_FRACTION)
         if not 0 < fraction <= 1:
             raise IntentError(
                 f"metadata.annotations[{KAI_GPU_FRACTION!r}]: {fraction} must be in (0, 1]"
             )
-        why = f"gpu-fraction {_num(fraction)} of one GPU (KAI-Scheduler)"
-    if devices >= 2:  # N distinct devices: N GPUs
+    if not explain:
+        why = ""
+    elif devices >= 2:  # N distinct devices: N GPUs
         why = f"{devices} devices (gpu-fraction-num-devices) are {devices} distinct GPUs (KAI-Scheduler)"
+    elif KAI_GPU_FRACTION in annotations:
+        why = f"gpu-fraction {_num(fraction)} of one GPU (KAI-Scheduler)"
+    else:
+        why = f"gpu-memory without gpu-fraction counts {fraction} GPU (KAI node-scale-adjuster)"
     gpus = Decimal(devices) if devices >= 2 else fraction
     return Demand(
         gpus=gpus,
@@ -331,7 +408,9 @@ def _kai(annotations: Mapping[str, Any]) -> Demand | None:
     )
 
 
-def _tensor_fusion(labels: Mapping[str, Any], annotations: Mapping[str, Any]) -> Demand | None:
+def _tensor_fusion(
+    labels: Mapping[str, Any], annotations: Mapping[str, Any], explain: bool
+) -> Demand | None:
     """tensor-fusion demand (NexusGPU/tensor-fusion pod label and annotations), in GPUs.
 
     One GPU (``gpu-count`` absent or 1) is ``compute-percent-request``/100 GPUs, 1 when
@@ -376,7 +455,9 @@ def _tensor_fusion(labels: Mapping[str, Any], annotations: Mapping[str, Any]) ->
                 break
         else:
             source.append(token(TF_ENABLED_LABEL))
-    if count >= 2:
+    if not explain:
+        why = ""
+    elif count >= 2:
         why = f"gpu-count {count} is {count} distinct GPUs of one node (tensor-fusion GpuAllocator)"
     else:
         why = f"one GPU, compute share {_num(share)} (tensor-fusion)"
@@ -389,11 +470,11 @@ def _tensor_fusion(labels: Mapping[str, Any], annotations: Mapping[str, Any]) ->
     )
 
 
-def _whole(spec: Mapping[str, Any], resource: str) -> Decimal:
+def _whole(pod: _Containers, resource: str) -> Decimal:
     """The pod's effective request of ``resource``, which must be whole devices."""
 
     def per_container(container: Mapping[str, Any], path: str) -> Decimal:
-        found = _quantity(_resources(container, path), resource)
+        found = _quantity(pod.resources(container, path), resource)
         if found is None:
             return Decimal(0)
         where, value = found
@@ -401,16 +482,17 @@ def _whole(spec: Mapping[str, Any], resource: str) -> Decimal:
             raise IntentError(f"{where}: {value} is not a whole number of GPUs")
         return value
 
-    return _pod_total(spec, per_container)
+    return _pod_total(pod, per_container)
 
 
-def _whole_gpus(spec: Mapping[str, Any]) -> Demand | None:
+def _whole_gpus(pod: _Containers, explain: bool) -> Demand | None:
     """Whole devices: the pod's effective ``nvidia.com/gpu``, else ``amd.com/gpu``
     request (extended resources of NVIDIA's and AMD's device plugins)."""
     for resource, vendor in ((GPU_RESOURCE, "nvidia"), (AMD_GPU_RESOURCE, "amd")):
-        gpus = _whole(spec, resource)
+        gpus = _whole(pod, resource)
         if gpus > 0:
-            why = f"{_num(gpus)} whole {resource} requested (the pod's effective request)"
+            why = f"{_num(gpus)} whole {resource} requested (the pod's effective request)" \
+                if explain else ""  # fmt: skip
             return Demand(gpus=gpus, source=(f"resources:{resource}",), why=why, vendor=vendor)
     return None
 
@@ -421,20 +503,24 @@ def read_demand(
     labels: Mapping[str, Any],
     annotations: Mapping[str, Any],
     warnings: list[str],
+    *,
+    explain: bool = True,
 ) -> tuple[Demand | None, list[str]]:
     """The first demand source that gives GPUs, and the rule tokens its choice needed.
 
     Every source is read; one whose fields do not parse is skipped with a warning. A
-    sharing layer that disagrees with the chosen one is a warning.
+    sharing layer that disagrees with the chosen one is a warning. ``explain`` False
+    leaves `Demand.why` empty (the webhook does not show it); nothing else changes.
 
     Raises:
         IntentError: no source gives demand and one failed to parse (its error).
     """
+    pod = _Containers(spec)
     layers: list[tuple[str, Callable[[], Demand | None]]] = [
-        ("hami", lambda: _hami(spec)),
-        ("kai", lambda: _kai(annotations)),
-        ("tensor-fusion", lambda: _tensor_fusion(labels, annotations)),
-        ("resources", lambda: _whole_gpus(spec)),
+        ("hami", lambda: _hami(pod, explain)),
+        ("kai", lambda: _kai(annotations, explain)),
+        ("tensor-fusion", lambda: _tensor_fusion(labels, annotations, explain)),
+        ("resources", lambda: _whole_gpus(pod, explain)),
     ]
     found: list[tuple[str, Demand]] = []
     errors: list[tuple[str, IntentError]] = []

@@ -20,7 +20,7 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 
 import jsonpatch
 
-from gpu_intent.intent import ANNOTATION_VERSION, Intent, IntentError
+from gpu_intent.intent import ANNOTATION_VERSION, INTENT_ANNOTATIONS, Intent, IntentError
 from webhook.inference import infer
 from webhook.scope import Scope
 
@@ -224,6 +224,12 @@ def _pointer_token(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
+#: The JSON Pointer of each intent annotation, escaped once.
+_ANNOTATION_POINTERS: Final = {
+    key: "/metadata/annotations/" + _pointer_token(key) for key in INTENT_ANNOTATIONS
+}
+
+
 class AnnotationPatch(jsonpatch.JsonPatch):
     """A `jsonpatch.JsonPatch` of the ``add`` operations `make_annotation_patch` built.
 
@@ -270,11 +276,13 @@ def make_annotation_patch(
                 f"metadata.annotations is {type(existing).__name__}, not an object"
             )
         else:
+            pointers = _ANNOTATION_POINTERS
             ops = [
-                {"op": "add", "path": "/metadata/annotations/" + _pointer_token(k), "value": v}
+                {"op": "add", "path": pointers.get(k) or "/metadata/annotations/" + _pointer_token(k),
+                 "value": v}
                 for k, v in values.items()
                 if existing.get(k) != v  # a value already there (a user's own) is left alone
-            ]
+            ]  # fmt: skip
     return AnnotationPatch(ops)
 
 
@@ -322,7 +330,7 @@ def _admit_pod(
     if isinstance(existing, dict) and ANNOTATION_VERSION in existing:
         return Admission(_response(uid), "unchanged", ref)
     try:
-        inference = infer(pod)
+        inference = infer(pod, reasons=False)  # the response carries no reasons
     except IntentError as e:
         reason = f"cannot infer GPU intent: {e}"
         return Admission(allowed_with_warning(uid, reason), "error_object", ref, reason)
