@@ -47,7 +47,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Context, Decimal
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from gpu_intent.catalog import Catalog, GpuMatch, active_catalog, normalize
 from gpu_intent.intent import (
@@ -199,7 +199,7 @@ def canonical_model(raw: str, catalog: Catalog | None = None) -> str | None:
 # --- node constraints ------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class _Constraints:
     """The pod's hard node constraints: nodeSelector and required node affinity."""
 
@@ -249,13 +249,13 @@ def _constraints(spec: Mapping[str, Any], warnings: list[str]) -> _Constraints:
 # --- the model ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Named:
-    """One GPU a source names, with the value that named it."""
+class _Named(NamedTuple):
+    """One GPU a source names, with the value that named it (a NamedTuple: immutable, and
+    cheaper to make than a frozen dataclass; a review makes several)."""
 
     match: GpuMatch
     raw: str
-    count: int | None = None  # GPUs per instance, when an instance type named it
+    per_instance: int | None = None  # GPUs per instance, when an instance type named it
     instance: str | None = None
     note: str = ""
 
@@ -268,16 +268,15 @@ class _Named:
         )
 
     def merged(self, other: _Named) -> _Named:
-        """This name with what ``other`` knows and it does not (variant, MIG, count)."""
+        """This name with what ``other`` knows and it does not (variant, MIG, GPUs per instance)."""
         match = self.match
         if match.gpu is None and other.match.gpu is not None:
             match = replace(match, gpu=other.match.gpu)
         if match.mig is None and other.match.mig is not None:
             match = replace(match, mig=other.match.mig, mig_slices=other.match.mig_slices)
-        return replace(
-            self,
+        return self._replace(
             match=match,
-            count=self.count if self.count is not None else other.count,
+            per_instance=self.per_instance if self.per_instance is not None else other.per_instance,
             instance=self.instance or other.instance,
         )
 
@@ -286,12 +285,12 @@ class _Named:
         if self.match.mig:
             gpu += f", MIG slice {self.match.mig}"
         if self.instance:
-            count = f"{self.count} x " if self.count else ""
+            count = f"{self.per_instance} x " if self.per_instance else ""
             return f"{self.raw} has {count}{gpu}"
         return f"{self.raw} names {gpu}"
 
 
-@dataclass
+@dataclass(slots=True)
 class _ModelSource:
     token: str
     names: list[_Named]
@@ -336,7 +335,7 @@ def _instance(raw: str, catalog: Catalog, family: bool) -> _Named | None:
 def _unique(names: list[_Named]) -> list[_Named]:
     out: list[_Named] = []
     for n in names:
-        if not any(o.match == n.match and o.count == n.count for o in out):
+        if not any((o.match is n.match or o.match == n.match) and o.per_instance == n.per_instance for o in out):
             out.append(n)
     return out
 
@@ -415,7 +414,7 @@ def _model_deny(
     return deny
 
 
-@dataclass
+@dataclass(slots=True)
 class _ModelChoice:
     named: _Named | None
     tokens: list[str]
@@ -439,7 +438,7 @@ def _choose_model(
     primary = sources[0]
     tokens = [primary.token]
     candidates = list(primary.names)
-    refused = [n for n in candidates if _denied(n, deny)]
+    refused = [n for n in candidates if _denied(n, deny)] if deny else []
     if refused:
         tokens.append(_denied(refused[0], deny) or "")
         candidates = [n for n in candidates if n not in refused]
@@ -655,9 +654,9 @@ def infer(
                 f"; each is a MIG {named.match.mig} slice, {named.match.mig_slices}/{total} of a GPU"
                 " (NVIDIA MIG user guide)"
             )
-    if named is not None and named.count is not None and gpus > named.count:
+    if named is not None and named.per_instance is not None and gpus > named.per_instance:
         warnings.append(short(
-            f"gpus: {format_gpus(gpus)} is more than the {named.count} GPUs of {named.instance}"
+            f"gpus: {format_gpus(gpus)} is more than the {named.per_instance} GPUs of {named.instance}"
         ))
     if demand is not None and named is not None and named.match.gpu is not None \
             and demand.vendor != named.match.gpu.vendor:  # fmt: skip
