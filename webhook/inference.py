@@ -47,7 +47,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Context, Decimal
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, TypeGuard
 
 from gpu_intent.catalog import Catalog, GpuMatch, active_catalog, normalize
 from gpu_intent.intent import (
@@ -208,13 +208,19 @@ class _Constraints:
     not_in: dict[str, list[str]] = field(default_factory=dict)
 
 
+def _is_mapping(value: object) -> TypeGuard[Mapping[str, Any]]:
+    """``isinstance(value, Mapping)``, a JSON object (a dict) first: the ABC check is a
+    Python-level call."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def _constraints(spec: Mapping[str, Any], warnings: list[str]) -> _Constraints:
     """``spec.nodeSelector`` and the ``In``/``NotIn`` expressions of ``spec.affinity.
     nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms``
     (values of a key in term order). A malformed part is skipped with a warning."""
     out = _Constraints()
     selector = spec.get("nodeSelector")
-    if isinstance(selector, Mapping):
+    if _is_mapping(selector):
         out.selector = {k: v.strip() for k, v in selector.items()
                         if isinstance(k, str) and isinstance(v, str) and v.strip()}  # fmt: skip
     elif selector is not None:
@@ -222,27 +228,30 @@ def _constraints(spec: Mapping[str, Any], warnings: list[str]) -> _Constraints:
     affinity = spec.get("affinity")
     if affinity is None:
         return out
-    node = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
-    required = node.get(_REQUIRED) if isinstance(node, Mapping) else None
+    node = affinity.get("nodeAffinity") if _is_mapping(affinity) else None
+    required = node.get(_REQUIRED) if _is_mapping(node) else None
     if required is None:
         return out
-    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    terms = required.get("nodeSelectorTerms") if _is_mapping(required) else None
     if not isinstance(terms, list):
         warnings.append(short(f"spec.affinity.nodeAffinity.{_REQUIRED}.nodeSelectorTerms is not a list; ignored"))
         return out
     for term in terms:
-        exprs = term.get("matchExpressions") if isinstance(term, Mapping) else None
+        exprs = term.get("matchExpressions") if _is_mapping(term) else None
         for expr in exprs if isinstance(exprs, list) else ():
-            if not isinstance(expr, Mapping) or not isinstance(expr.get("key"), str):
+            if not _is_mapping(expr):
+                continue
+            operator = expr.get("operator")
+            target = out.in_values if operator == "In" else out.not_in if operator == "NotIn" \
+                else None  # fmt: skip
+            key = expr.get("key")
+            if target is None or not isinstance(key, str):
                 continue
             values = expr.get("values")
             values = [v.strip() for v in values if isinstance(v, str) and v.strip()] \
                 if isinstance(values, list) else []  # fmt: skip
-            operator = expr.get("operator")
-            target = out.in_values if operator == "In" else out.not_in if operator == "NotIn" \
-                else None  # fmt: skip
-            if target is not None and values:
-                target.setdefault(expr["key"], []).extend(values)
+            if values:
+                target.setdefault(key, []).extend(values)
     return out
 
 
