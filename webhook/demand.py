@@ -62,6 +62,9 @@ _TF_ANNOTATIONS: Final = (
 )  # fmt: skip
 
 
+#: The demand sources in precedence order (the error and warning prefixes name them).
+_LAYERS: Final = ("hami", "kai", "tensor-fusion", "resources")
+
 #: Longest warning text: 120 characters once the webhook puts ``gpu-intent: `` before it.
 MAX_WARNING: Final = 108
 
@@ -437,9 +440,10 @@ def _tensor_fusion(
     (TFLOPs and VRAM) from each of them. ``vram-request`` is a byte quantity (``"20Gi"``)
     per GPU -> ``gpu_memory_mib`` (MiB per GPU). Model and pool are read by `infer`.
     """
-    enabled = labels.get(TF_ENABLED_LABEL) == "true"
-    if not enabled and not any(k in annotations for k in _TF_ANNOTATIONS):
-        return None
+    if labels.get(TF_ENABLED_LABEL) != "true" and TF_GPU_MODEL not in annotations \
+            and TF_GPU_COUNT not in annotations and TF_VRAM_REQUEST not in annotations \
+            and TF_TFLOPS_REQUEST not in annotations and TF_COMPUTE_PERCENT not in annotations:
+        return None  # the label and every annotation of _TF_ANNOTATIONS absent
     source: list[str] = []
 
     def token(key: str) -> str:
@@ -532,19 +536,20 @@ def read_demand(
         IntentError: no source gives demand and one failed to parse (its error).
     """
     pod = _Containers(spec)
-    layers: list[tuple[str, Callable[[], Demand | None]]] = [
-        ("hami", lambda: _hami(pod, explain)),
-        ("kai", lambda: _kai(annotations, explain)),
-        ("tensor-fusion", lambda: _tensor_fusion(labels, annotations, explain)),
-        ("resources", lambda: _whole_gpus(pod, explain)),
-    ]
     found: list[tuple[str, Demand]] = []
     errors: list[tuple[str, IntentError]] = []
-    for name, read in layers:
-        if name == "resources" and found and found[0][0] == "hami":
-            continue  # HAMi already read nvidia.com/gpu as its vGPU count
+    for name in _LAYERS:
         try:
-            demand = read()
+            if name == "hami":
+                demand = _hami(pod, explain)
+            elif name == "kai":
+                demand = _kai(annotations, explain)
+            elif name == "tensor-fusion":
+                demand = _tensor_fusion(labels, annotations, explain)
+            elif found and found[0][0] == "hami":
+                continue  # HAMi already read nvidia.com/gpu as its vGPU count
+            else:
+                demand = _whole_gpus(pod, explain)
         except IntentError as e:
             errors.append((name, e))
             continue

@@ -288,6 +288,8 @@ def make_annotation_patch(
 
 
 _ADD_KEYS: Final = ("op", "path", "value")
+#: `_ANNOTATION_POINTERS` as JSON strings.
+_QUOTED_POINTERS: Final = {p: _quote(p) for p in _ANNOTATION_POINTERS.values()}
 
 
 def _patch_json(operations: list[dict[str, Any]]) -> str:
@@ -301,7 +303,8 @@ def _patch_json(operations: list[dict[str, Any]]) -> str:
         if tuple(op) != _ADD_KEYS or op["op"] != "add" or type(path) is not str \
                 or type(value) is not str:  # fmt: skip
             return json.dumps(operations)
-        parts.append(f'{{"op": "add", "path": {_quote(path)}, "value": {_quote(value)}}}')
+        quoted = _QUOTED_POINTERS.get(path) or _quote(path)
+        parts.append(f'{{"op": "add", "path": {quoted}, "value": {_quote(value)}}}')
     return "[" + ", ".join(parts) + "]"
 
 
