@@ -373,17 +373,17 @@ def _model_sources(
     # Label, then instance type, then family keys; in each, nodeSelector before affinity,
     # keys in their tuple's order. Only the pod's own keys are looked up (usually 0-3).
     found: list[tuple[tuple[int, int, int], str, str, list[str]]] = []
-    named: list[tuple[str, Mapping[str, list[str]]]] = [
-        ("nodeSelector", {k: [v] for k, v in constraints.selector.items()}),
-        ("nodeAffinity", constraints.in_values),
-    ]
-    for rank, (where, values) in enumerate(named):
-        for key, raws in values.items():
-            order = _MODEL_KEY_ORDER.get(key)
-            if order is not None and raws:
-                group, index, kind = order
-                found.append(((group, rank, index), f"{where}:{key}", kind, raws))
-    for _, token, kind, raws in sorted(found, key=lambda f: f[0]):
+    for key, value in constraints.selector.items():  # values are non-empty strings
+        order = _MODEL_KEY_ORDER.get(key)
+        if order is not None:
+            found.append(((order[0], 0, order[1]), f"nodeSelector:{key}", order[2], [value]))
+    for key, values in constraints.in_values.items():  # values are non-empty lists
+        order = _MODEL_KEY_ORDER.get(key)
+        if order is not None:
+            found.append(((order[0], 1, order[1]), f"nodeAffinity:{key}", order[2], values))
+    if len(found) > 1:
+        found.sort(key=lambda f: f[0])
+    for _, token, kind, raws in found:
         add(token, raws, kind)
     for key, token in ((HAMI_USE_GPUTYPE, "hami"), (TF_GPU_MODEL, "tensor-fusion")):
         raw = annotations.get(key)
