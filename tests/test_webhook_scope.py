@@ -102,7 +102,7 @@ def test_pod_with_non_object_annotations_gets_a_warning_not_a_patch(
 ) -> None:
     # infer refuses such a pod first; make the patch step the one that sees it
     monkeypatch.setattr(
-        review_module, "infer", lambda pod: Inference(Intent(gpus=Decimal(1)))
+        review_module, "infer", lambda pod, **_: Inference(Intent(gpus=Decimal(1)))
     )
     admission = admit(make_review({"metadata": {"annotations": "x"}, "spec": {}}))
     assert admission.outcome == "error_object"
@@ -126,7 +126,7 @@ def test_metadata_null_is_replaced_by_one_with_annotations() -> None:
 def test_an_unexpected_exception_is_an_allowed_internal_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def boom(pod: object) -> None:
+    def boom(pod: object, **_: object) -> None:  # admit passes reasons=False
         raise ZeroDivisionError("bug")
 
     monkeypatch.setattr(review_module, "infer", boom)
