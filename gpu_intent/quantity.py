@@ -20,14 +20,13 @@ this module implements the grammar directly rather than pulling in the synchrono
 
 from __future__ import annotations
 
-import functools
 import re
 from decimal import Decimal, InvalidOperation, localcontext
 from typing import Final
 
 from gpu_intent.intent import IntentError
 
-__all__ = ["MAX_EXPONENT", "parse_count", "parse_quantity", "to_mib"]
+__all__ = ["MAX_EXPONENT", "parse_count", "parse_quantity", "quantity_or_reason", "to_mib"]
 
 _QUANTITY_RE: Final = re.compile(
     r"(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
@@ -48,10 +47,12 @@ _MAX_TEXT: Final = 64
 #: Largest decimal exponent (``e<n>``) accepted at all, whatever the digits before it.
 _MAX_SHIFT: Final = MAX_EXPONENT + _MAX_TEXT
 _MIB: Final = Decimal(1024 * 1024)
-#: Distinct quantity values `parse_quantity` remembers, and the longest string it keys on
+#: Distinct quantity strings `parse_quantity` remembers, and the longest string it keys on
 #: (anything longer is parsed each time; over `_MAX_TEXT` it is an error anyway).
 _MEMO_SIZE: Final = 1024
 _MEMO_TEXT: Final = 2 * _MAX_TEXT
+#: String -> `_parse` of it (the Decimal, or the error after the field).
+_MEMO: Final[dict[str, Decimal | str]] = {}
 
 
 def _show(value: object) -> str:
@@ -63,10 +64,10 @@ def _show(value: object) -> str:
 def parse_quantity(value: str | int | float, field: str) -> Decimal:
     """Parse a Kubernetes quantity into an exact Decimal in the quantity's base unit.
 
-    Memoized on ``value`` (up to `_MEMO_SIZE` distinct values, of at most `_MEMO_TEXT`
-    characters): a `Decimal` is immutable, so one parse serves every pod that writes the
-    same ``"1"`` or ``"20000"``, and an error is kept as the text that follows
-    ``field``, so the message still names the caller's field.
+    A string is memoized (up to `_MEMO_SIZE` distinct strings of at most `_MEMO_TEXT`
+    characters; then the memo starts over): a `Decimal` is immutable, so one parse serves
+    every pod that writes the same ``"1"`` or ``"20000"``, and an error is kept as the
+    text that follows ``field``, so the message still names the caller's field.
 
     Args:
         value: the quantity as the API gives it: a string (``"20Gi"``, ``"3k"``,
@@ -86,13 +87,29 @@ def parse_quantity(value: str | int | float, field: str) -> Decimal:
             ``10**MAX_EXPONENT`` or (non-zero) below ``10**-MAX_EXPONENT``, or with a
             decimal exponent beyond +-94 even for a zero (``"0e9999999"``).
     """
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise IntentError(f"{field}: {_show(value)} is not a quantity")
-    parsed = _parsed(value) if not isinstance(value, str) or len(value) <= _MEMO_TEXT \
-        else _parse(value)  # fmt: skip
+    parsed = quantity_or_reason(value)
     if isinstance(parsed, str):
         raise IntentError(f"{field}: {parsed}")
     return parsed
+
+
+def quantity_or_reason(value: object) -> Decimal | str:
+    """`parse_quantity` for a caller that names its field only on failure: the Decimal, or
+    why ``value`` is not a quantity (the message `parse_quantity` gives after
+    ``<field>: ``, e.g. ``"'abc' is not a Kubernetes quantity"``). Memoized likewise.
+    """
+    if type(value) is str:  # the API's form: remembered
+        found = _MEMO.get(value)
+        if found is None:
+            found = _parse(value)
+            if len(value) <= _MEMO_TEXT:
+                if len(_MEMO) >= _MEMO_SIZE:
+                    _MEMO.clear()
+                _MEMO[value] = found
+        return found
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return f"{_show(value)} is not a quantity"
+    return _parse(value)
 
 
 def _parse(value: str | int | float) -> Decimal | str:
@@ -131,10 +148,6 @@ def _parse(value: str | int | float) -> Decimal | str:
     if scaled and scaled.adjusted() > MAX_EXPONENT:
         return f"quantity {_show(text)} is out of range"
     return scaled
-
-
-#: `_parse` memoized; ``typed``, so ``1``, ``1.0`` and ``"1"`` are separate entries.
-_parsed: Final = functools.lru_cache(maxsize=_MEMO_SIZE, typed=True)(_parse)
 
 
 def _ceil(value: Decimal) -> int:

@@ -92,6 +92,7 @@ def test_memoized_parse_names_each_callers_field() -> None:
 
 def test_memo_keeps_numbers_and_strings_apart() -> None:
     assert parse_quantity(1, "f") == parse_quantity(1.0, "f") == parse_quantity("1", "f") == 1
+    assert parse_quantity(1.5, "f") == parse_quantity("1.5", "f") == Decimal("1.5")
     with pytest.raises(IntentError, match=r"^f: True is not a quantity$"):
         parse_quantity(True, "f")
     with pytest.raises(IntentError, match=r"^f: \[1\] is not a quantity$"):

@@ -16,7 +16,7 @@ from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any, Final
 
 from gpu_intent.intent import IntentError, format_gpus
-from gpu_intent.quantity import parse_quantity, to_mib
+from gpu_intent.quantity import quantity_or_reason, to_mib
 
 __all__ = [
     "AMD_GPU_RESOURCE",
@@ -62,10 +62,16 @@ _TF_ANNOTATIONS: Final = (
 )  # fmt: skip
 
 
+#: The demand sources in precedence order (the error and warning prefixes name them).
+_LAYERS: Final = ("hami", "kai", "tensor-fusion", "resources")
+
 #: Longest warning text: 120 characters once the webhook puts ``gpu-intent: `` before it.
 MAX_WARNING: Final = 108
 
-_PerContainer = Callable[[Mapping[str, Any], str], Decimal]
+#: One container's demand: ``(kind, index, container)`` -> GPUs.
+_PerContainer = Callable[[str, int, Mapping[str, Any]], Decimal]
+_ZERO: Final = Decimal(0)
+_ONE: Final = Decimal(1)
 
 def show(value: object) -> str:
     """A short repr of a user-supplied value for an error message."""
@@ -117,14 +123,19 @@ def _string(value: object, where: str) -> str:
     return value
 
 
-def _containers(spec: Mapping[str, Any], kind: str) -> list[tuple[str, Mapping[str, Any]]]:
-    """``(field path, container)`` for ``spec[kind]`` (``containers``/``initContainers``)."""
+def _path(kind: str, index: int) -> str:
+    """The field path of a container: ``spec.containers[0]``."""
+    return f"spec.{kind}[{index}]"
+
+
+def _containers(spec: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
+    """The containers of ``spec[kind]`` (``containers``/``initContainers``), each a mapping."""
     raw = spec.get(kind)
     if raw is None:
         return []
     if not isinstance(raw, list):
         raise IntentError(f"spec.{kind} must be a list, got {type(raw).__name__}")
-    return [(f"spec.{kind}[{i}]", as_mapping(c, f"spec.{kind}[{i}]")) for i, c in enumerate(raw)]
+    return [c if type(c) is dict else as_mapping(c, _path(kind, i)) for i, c in enumerate(raw)]
 
 
 class _Resources:
@@ -136,27 +147,31 @@ class _Resources:
     The field path of a value (for messages) is built only when asked (`where`).
     """
 
-    __slots__ = ("_path", "_requests", "values")
+    __slots__ = ("_index", "_kind", "_requests", "values")
 
-    def __init__(self, container: Mapping[str, Any], path: str) -> None:
+    def __init__(self, container: Mapping[str, Any], kind: str, index: int) -> None:
         # `as_mapping` checks, the field paths built only for a value that is not a dict
         resources = container.get("resources")
         if type(resources) is not dict:
-            resources = as_mapping(resources, f"{path}.resources")
+            resources = as_mapping(resources, f"{_path(kind, index)}.resources")
         limits = resources.get("limits")
         if type(limits) is not dict:
-            limits = as_mapping(limits, f"{path}.resources.limits")
+            limits = as_mapping(limits, f"{_path(kind, index)}.resources.limits")
         requests = resources.get("requests")
         if type(requests) is not dict:
-            requests = as_mapping(requests, f"{path}.resources.requests")
-        self._path = path
+            requests = as_mapping(requests, f"{_path(kind, index)}.resources.requests")
+        self._kind = kind
+        self._index = index
         self._requests = requests
-        self.values: Mapping[str, object] = {**limits, **requests}  # requests overwrite limits
+        # requests overwrite limits; read only, so one side alone is used as it is
+        self.values: Mapping[str, object] = (
+            requests if not limits else limits if not requests else {**limits, **requests}
+        )
 
     def where(self, key: str) -> str:
         """The field path of resource ``key``: ``spec.containers[0].resources.limits['cpu']``."""
         section = "requests" if key in self._requests else "limits"
-        return f"{self._path}.resources.{section}[{key!r}]"
+        return f"{_path(self._kind, self._index)}.resources.{section}[{key!r}]"
 
 
 class _Containers:
@@ -170,10 +185,10 @@ class _Containers:
 
     def __init__(self, spec: Mapping[str, Any]) -> None:
         self._spec = spec
-        self._lists: dict[str, list[tuple[str, Mapping[str, Any]]] | str] = {}
-        self._resources: dict[str, _Resources | str] = {}
+        self._lists: dict[str, list[Mapping[str, Any]] | str] = {}
+        self._resources: dict[tuple[str, int], _Resources | str] = {}
 
-    def of(self, kind: str) -> list[tuple[str, Mapping[str, Any]]]:
+    def of(self, kind: str) -> list[Mapping[str, Any]]:
         """`_containers` of ``kind`` (``containers``/``initContainers``)."""
         found = self._lists.get(kind)
         if found is None:
@@ -186,32 +201,32 @@ class _Containers:
             raise IntentError(found)
         return found
 
-    def resources(self, container: Mapping[str, Any], path: str) -> _Resources:
-        """The `_Resources` of ``container``, found at ``path``."""
-        found = self._resources.get(path)
+    def resources(self, kind: str, index: int, container: Mapping[str, Any]) -> _Resources:
+        """The `_Resources` of ``container``, ``spec[kind][index]``."""
+        found = self._resources.get((kind, index))
         if found is None:
             try:
-                found = _Resources(container, path)
+                found = _Resources(container, kind, index)
             except IntentError as e:
                 found = str(e)
-            self._resources[path] = found
+            self._resources[(kind, index)] = found
         if isinstance(found, str):
             raise IntentError(found)
         return found
 
 
-def _quantity(res: _Resources, key: str) -> tuple[str, Decimal] | None:
-    """``(field path, value)`` of resource ``key`` (a non-negative quantity), or None."""
-    raw = res.values.get(key)
-    if raw is None and key not in res.values:
+def _quantity(res: _Resources, key: str) -> Decimal | None:
+    """Resource ``key`` (a non-negative quantity), or None when absent."""
+    values = res.values
+    raw = values.get(key)
+    if raw is None and key not in values:
         return None
-    where = res.where(key)
-    if not isinstance(raw, str | int | float):
-        raise IntentError(f"{where}: {show(raw)} is not a quantity")
-    value = parse_quantity(raw, where)
+    value = quantity_or_reason(raw)
+    if isinstance(value, str):
+        raise IntentError(f"{res.where(key)}: {value}")
     if value < 0:
-        raise IntentError(f"{where}: {show(raw)} must not be negative")
-    return where, value
+        raise IntentError(f"{res.where(key)}: {show(raw)} must not be negative")
+    return value
 
 
 def _pod_total(pod: _Containers, per_container: _PerContainer) -> Decimal:
@@ -222,27 +237,28 @@ def _pod_total(pod: _Containers, per_container: _PerContainer) -> Decimal:
     (kubernetes/kubernetes component-helpers ``resource.PodRequests``, KEP-753). Without
     sidecars this is ``max(sum(containers), max(initContainers))``.
     """
-    sidecars = Decimal(0)
-    init_peak = Decimal(0)
-    for path, container in pod.of("initContainers"):
-        value = per_container(container, path)
+    sidecars = _ZERO
+    init_peak = _ZERO
+    for index, container in enumerate(pod.of("initContainers")):
+        value = per_container("initContainers", index, container)
         if container.get("restartPolicy") == "Always":
             sidecars += value
             init_peak = max(init_peak, sidecars)
         else:
             init_peak = max(init_peak, value + sidecars)
-    regular = sum((per_container(c, p) for p, c in pod.of("containers")), Decimal(0))
+    regular = _ZERO
+    for index, container in enumerate(pod.of("containers")):
+        regular += per_container("containers", index, container)
     return max(regular + sidecars, init_peak)
 
 
 def _percent_share(res: _Resources, key: str) -> Decimal | None:
     """Resource ``key``, a 0-100 percent, as a share of one GPU; None if absent or 0."""
-    found = _quantity(res, key)
-    if found is None or found[1] == 0:
+    value = _quantity(res, key)
+    if value is None or value == 0:
         return None
-    where, value = found
     if value > 100:
-        raise IntentError(f"{where}: {value} is not a percentage (0-100)")
+        raise IntentError(f"{res.where(key)}: {value} is not a percentage (0-100)")
     return value / 100
 
 
@@ -277,35 +293,36 @@ def _hami(pod: _Containers, explain: bool) -> Demand | None:
     notes: list[str] = []
     memory: int | None = None
 
-    def per_container(container: Mapping[str, Any], path: str) -> Decimal:
+    def per_container(kind: str, index: int, container: Mapping[str, Any]) -> Decimal:
         nonlocal memory
-        res = pod.resources(container, path)
+        res = pod.resources(kind, index, container)
         values = res.values
         if GPU_RESOURCE not in values and HAMI_GPUMEM not in values \
                 and HAMI_GPUMEM_PERCENTAGE not in values and HAMI_GPUCORES not in values:  # fmt: skip
-            return Decimal(0)
-        found = _quantity(res, GPU_RESOURCE)
-        count = Decimal(1) if found is None else found[1]
+            return _ZERO
+        count = _quantity(res, GPU_RESOURCE)
+        if count is None:
+            count = _ONE
         shares: list[Decimal] = []
         for key in (HAMI_GPUCORES, HAMI_GPUMEM_PERCENTAGE):
             share = _percent_share(res, key)
             if share is not None:
                 shares.append(share)
                 used.add(key)
-        found = _quantity(res, HAMI_GPUMEM)
-        if found is not None and found[1] > 0:
-            mib = int(found[1].to_integral_value(rounding=ROUND_CEILING))  # already MiB
+        gpumem = _quantity(res, HAMI_GPUMEM)
+        if gpumem is not None and gpumem > 0:
+            mib = int(gpumem.to_integral_value(rounding=ROUND_CEILING))  # already MiB
             used.add(HAMI_GPUMEM)
             memory = max(memory or 0, mib)
-        share = max(shares, default=Decimal(1))
+        share = max(shares, default=_ONE)
         if count >= 2:  # one vGPU per physical GPU: N distinct GPUs, whole
             if shares:
                 used.add(GPU_RESOURCE)
             if explain:
-                notes.append(f"{path}: {_num(count)} vGPUs on {_num(count)} distinct GPUs")
+                notes.append(f"{_path(kind, index)}: {_num(count)} vGPUs on {_num(count)} distinct GPUs")
             return count
         if explain:
-            notes.append(f"{path}: {_num(count)} vGPU of {_num(share)} GPU")
+            notes.append(f"{_path(kind, index)}: {_num(count)} vGPU of {_num(share)} GPU")
         return count * share
 
     gpus = _pod_total(pod, per_container)
@@ -325,11 +342,13 @@ def _hami(pod: _Containers, explain: bool) -> Demand | None:
 
 def _asks_hami(pod: _Containers) -> bool:
     """Whether any container (init containers first) has a HAMi resource."""
-    containers = pod.of("initContainers") + pod.of("containers")
-    for path, container in containers:
-        values = pod.resources(container, path).values
-        if HAMI_GPUMEM in values or HAMI_GPUMEM_PERCENTAGE in values or HAMI_GPUCORES in values:
-            return True
+    init, regular = pod.of("initContainers"), pod.of("containers")
+    for kind, containers in (("initContainers", init), ("containers", regular)):
+        for index, container in enumerate(containers):
+            values = pod.resources(kind, index, container).values
+            if HAMI_GPUMEM in values or HAMI_GPUMEM_PERCENTAGE in values \
+                    or HAMI_GPUCORES in values:  # fmt: skip
+                return True
     return False
 
 
@@ -421,9 +440,10 @@ def _tensor_fusion(
     (TFLOPs and VRAM) from each of them. ``vram-request`` is a byte quantity (``"20Gi"``)
     per GPU -> ``gpu_memory_mib`` (MiB per GPU). Model and pool are read by `infer`.
     """
-    enabled = labels.get(TF_ENABLED_LABEL) == "true"
-    if not enabled and not any(k in annotations for k in _TF_ANNOTATIONS):
-        return None
+    if labels.get(TF_ENABLED_LABEL) != "true" and TF_GPU_MODEL not in annotations \
+            and TF_GPU_COUNT not in annotations and TF_VRAM_REQUEST not in annotations \
+            and TF_TFLOPS_REQUEST not in annotations and TF_COMPUTE_PERCENT not in annotations:
+        return None  # the label and every annotation of _TF_ANNOTATIONS absent
     source: list[str] = []
 
     def token(key: str) -> str:
@@ -473,13 +493,13 @@ def _tensor_fusion(
 def _whole(pod: _Containers, resource: str) -> Decimal:
     """The pod's effective request of ``resource``, which must be whole devices."""
 
-    def per_container(container: Mapping[str, Any], path: str) -> Decimal:
-        found = _quantity(pod.resources(container, path), resource)
-        if found is None:
-            return Decimal(0)
-        where, value = found
+    def per_container(kind: str, index: int, container: Mapping[str, Any]) -> Decimal:
+        res = pod.resources(kind, index, container)
+        value = _quantity(res, resource)
+        if value is None:
+            return _ZERO
         if value != value.to_integral_value():
-            raise IntentError(f"{where}: {value} is not a whole number of GPUs")
+            raise IntentError(f"{res.where(resource)}: {value} is not a whole number of GPUs")
         return value
 
     return _pod_total(pod, per_container)
@@ -516,19 +536,20 @@ def read_demand(
         IntentError: no source gives demand and one failed to parse (its error).
     """
     pod = _Containers(spec)
-    layers: list[tuple[str, Callable[[], Demand | None]]] = [
-        ("hami", lambda: _hami(pod, explain)),
-        ("kai", lambda: _kai(annotations, explain)),
-        ("tensor-fusion", lambda: _tensor_fusion(labels, annotations, explain)),
-        ("resources", lambda: _whole_gpus(pod, explain)),
-    ]
     found: list[tuple[str, Demand]] = []
     errors: list[tuple[str, IntentError]] = []
-    for name, read in layers:
-        if name == "resources" and found and found[0][0] == "hami":
-            continue  # HAMi already read nvidia.com/gpu as its vGPU count
+    for name in _LAYERS:
         try:
-            demand = read()
+            if name == "hami":
+                demand = _hami(pod, explain)
+            elif name == "kai":
+                demand = _kai(annotations, explain)
+            elif name == "tensor-fusion":
+                demand = _tensor_fusion(labels, annotations, explain)
+            elif found and found[0][0] == "hami":
+                continue  # HAMi already read nvidia.com/gpu as its vGPU count
+            else:
+                demand = _whole_gpus(pod, explain)
         except IntentError as e:
             errors.append((name, e))
             continue

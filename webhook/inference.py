@@ -47,7 +47,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Context, Decimal
-from typing import Any, Final
+from typing import Any, Final, NamedTuple, TypeGuard
 
 from gpu_intent.catalog import Catalog, GpuMatch, active_catalog, normalize
 from gpu_intent.intent import (
@@ -199,7 +199,7 @@ def canonical_model(raw: str, catalog: Catalog | None = None) -> str | None:
 # --- node constraints ------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class _Constraints:
     """The pod's hard node constraints: nodeSelector and required node affinity."""
 
@@ -208,13 +208,19 @@ class _Constraints:
     not_in: dict[str, list[str]] = field(default_factory=dict)
 
 
+def _is_mapping(value: object) -> TypeGuard[Mapping[str, Any]]:
+    """``isinstance(value, Mapping)``, a JSON object (a dict) first: the ABC check is a
+    Python-level call."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def _constraints(spec: Mapping[str, Any], warnings: list[str]) -> _Constraints:
     """``spec.nodeSelector`` and the ``In``/``NotIn`` expressions of ``spec.affinity.
     nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms``
     (values of a key in term order). A malformed part is skipped with a warning."""
     out = _Constraints()
     selector = spec.get("nodeSelector")
-    if isinstance(selector, Mapping):
+    if _is_mapping(selector):
         out.selector = {k: v.strip() for k, v in selector.items()
                         if isinstance(k, str) and isinstance(v, str) and v.strip()}  # fmt: skip
     elif selector is not None:
@@ -222,40 +228,43 @@ def _constraints(spec: Mapping[str, Any], warnings: list[str]) -> _Constraints:
     affinity = spec.get("affinity")
     if affinity is None:
         return out
-    node = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
-    required = node.get(_REQUIRED) if isinstance(node, Mapping) else None
+    node = affinity.get("nodeAffinity") if _is_mapping(affinity) else None
+    required = node.get(_REQUIRED) if _is_mapping(node) else None
     if required is None:
         return out
-    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    terms = required.get("nodeSelectorTerms") if _is_mapping(required) else None
     if not isinstance(terms, list):
         warnings.append(short(f"spec.affinity.nodeAffinity.{_REQUIRED}.nodeSelectorTerms is not a list; ignored"))
         return out
     for term in terms:
-        exprs = term.get("matchExpressions") if isinstance(term, Mapping) else None
+        exprs = term.get("matchExpressions") if _is_mapping(term) else None
         for expr in exprs if isinstance(exprs, list) else ():
-            if not isinstance(expr, Mapping) or not isinstance(expr.get("key"), str):
+            if not _is_mapping(expr):
+                continue
+            operator = expr.get("operator")
+            target = out.in_values if operator == "In" else out.not_in if operator == "NotIn" \
+                else None  # fmt: skip
+            key = expr.get("key")
+            if target is None or not isinstance(key, str):
                 continue
             values = expr.get("values")
             values = [v.strip() for v in values if isinstance(v, str) and v.strip()] \
                 if isinstance(values, list) else []  # fmt: skip
-            operator = expr.get("operator")
-            target = out.in_values if operator == "In" else out.not_in if operator == "NotIn" \
-                else None  # fmt: skip
-            if target is not None and values:
-                target.setdefault(expr["key"], []).extend(values)
+            if values:
+                target.setdefault(key, []).extend(values)
     return out
 
 
 # --- the model ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Named:
-    """One GPU a source names, with the value that named it."""
+class _Named(NamedTuple):
+    """One GPU a source names, with the value that named it (a NamedTuple: immutable, and
+    cheaper to make than a frozen dataclass; a review makes several)."""
 
     match: GpuMatch
     raw: str
-    count: int | None = None  # GPUs per instance, when an instance type named it
+    per_instance: int | None = None  # GPUs per instance, when an instance type named it
     instance: str | None = None
     note: str = ""
 
@@ -268,16 +277,15 @@ class _Named:
         )
 
     def merged(self, other: _Named) -> _Named:
-        """This name with what ``other`` knows and it does not (variant, MIG, count)."""
+        """This name with what ``other`` knows and it does not (variant, MIG, GPUs per instance)."""
         match = self.match
         if match.gpu is None and other.match.gpu is not None:
             match = replace(match, gpu=other.match.gpu)
         if match.mig is None and other.match.mig is not None:
             match = replace(match, mig=other.match.mig, mig_slices=other.match.mig_slices)
-        return replace(
-            self,
+        return self._replace(
             match=match,
-            count=self.count if self.count is not None else other.count,
+            per_instance=self.per_instance if self.per_instance is not None else other.per_instance,
             instance=self.instance or other.instance,
         )
 
@@ -286,12 +294,12 @@ class _Named:
         if self.match.mig:
             gpu += f", MIG slice {self.match.mig}"
         if self.instance:
-            count = f"{self.count} x " if self.count else ""
+            count = f"{self.per_instance} x " if self.per_instance else ""
             return f"{self.raw} has {count}{gpu}"
         return f"{self.raw} names {gpu}"
 
 
-@dataclass
+@dataclass(slots=True)
 class _ModelSource:
     token: str
     names: list[_Named]
@@ -336,7 +344,7 @@ def _instance(raw: str, catalog: Catalog, family: bool) -> _Named | None:
 def _unique(names: list[_Named]) -> list[_Named]:
     out: list[_Named] = []
     for n in names:
-        if not any(o.match == n.match and o.count == n.count for o in out):
+        if not any((o.match is n.match or o.match == n.match) and o.per_instance == n.per_instance for o in out):
             out.append(n)
     return out
 
@@ -365,17 +373,17 @@ def _model_sources(
     # Label, then instance type, then family keys; in each, nodeSelector before affinity,
     # keys in their tuple's order. Only the pod's own keys are looked up (usually 0-3).
     found: list[tuple[tuple[int, int, int], str, str, list[str]]] = []
-    named: list[tuple[str, Mapping[str, list[str]]]] = [
-        ("nodeSelector", {k: [v] for k, v in constraints.selector.items()}),
-        ("nodeAffinity", constraints.in_values),
-    ]
-    for rank, (where, values) in enumerate(named):
-        for key, raws in values.items():
-            order = _MODEL_KEY_ORDER.get(key)
-            if order is not None and raws:
-                group, index, kind = order
-                found.append(((group, rank, index), f"{where}:{key}", kind, raws))
-    for _, token, kind, raws in sorted(found, key=lambda f: f[0]):
+    for key, value in constraints.selector.items():  # values are non-empty strings
+        order = _MODEL_KEY_ORDER.get(key)
+        if order is not None:
+            found.append(((order[0], 0, order[1]), f"nodeSelector:{key}", order[2], [value]))
+    for key, values in constraints.in_values.items():  # values are non-empty lists
+        order = _MODEL_KEY_ORDER.get(key)
+        if order is not None:
+            found.append(((order[0], 1, order[1]), f"nodeAffinity:{key}", order[2], values))
+    if len(found) > 1:
+        found.sort(key=lambda f: f[0])
+    for _, token, kind, raws in found:
         add(token, raws, kind)
     for key, token in ((HAMI_USE_GPUTYPE, "hami"), (TF_GPU_MODEL, "tensor-fusion")):
         raw = annotations.get(key)
@@ -415,7 +423,7 @@ def _model_deny(
     return deny
 
 
-@dataclass
+@dataclass(slots=True)
 class _ModelChoice:
     named: _Named | None
     tokens: list[str]
@@ -439,7 +447,7 @@ def _choose_model(
     primary = sources[0]
     tokens = [primary.token]
     candidates = list(primary.names)
-    refused = [n for n in candidates if _denied(n, deny)]
+    refused = [n for n in candidates if _denied(n, deny)] if deny else []
     if refused:
         tokens.append(_denied(refused[0], deny) or "")
         candidates = [n for n in candidates if n not in refused]
@@ -655,9 +663,9 @@ def infer(
                 f"; each is a MIG {named.match.mig} slice, {named.match.mig_slices}/{total} of a GPU"
                 " (NVIDIA MIG user guide)"
             )
-    if named is not None and named.count is not None and gpus > named.count:
+    if named is not None and named.per_instance is not None and gpus > named.per_instance:
         warnings.append(short(
-            f"gpus: {format_gpus(gpus)} is more than the {named.count} GPUs of {named.instance}"
+            f"gpus: {format_gpus(gpus)} is more than the {named.per_instance} GPUs of {named.instance}"
         ))
     if demand is not None and named is not None and named.match.gpu is not None \
             and demand.vendor != named.match.gpu.vendor:  # fmt: skip

@@ -246,6 +246,8 @@ STATE: Final = web.AppKey("state", WebhookState)
 
 def _log_admission(admission: Admission) -> None:
     if admission.outcome == "patched" and admission.intent is not None:
+        if not log.isEnabledFor(logging.INFO):  # the arguments below cost a few microseconds
+            return
         intent = admission.intent
         log.info(
             "pod %s: annotated gpu intent: %s GPU, model %s, pool %s, gpu memory %s MiB (%s)",
