@@ -12,7 +12,6 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from webhook import review as review_module
 from webhook.review import (
     MAX_WARNING,
     AdmissionReviewResponse,
@@ -352,19 +351,3 @@ def test_malformed_reason_does_not_echo_huge_values() -> None:
     with pytest.raises(MalformedReview) as info:
         review({**make_review({}), "apiVersion": "x" * 100_000})
     assert len(str(info.value)) < 200
-
-
-@pytest.mark.parametrize(
-    "ops",
-    [
-        [],
-        [{"op": "add", "path": "/metadata/annotations/gpu-intent.io~1gpus", "value": "0.5"}],
-        [{"op": "add", "path": "/metadata/annotations/a~0b", "value": 'quote " back \\ tab \t é ☃ \U0001f600'}],
-        [{"op": "add", "path": "/metadata/annotations", "value": {"gpu-intent.io/gpus": "1"}}],
-        [{"path": "/metadata/annotations/x", "op": "add", "value": "1"}],  # other key order
-        [{"op": "add", "path": "/metadata/annotations/x", "value": "1", "extra": 1}],
-        [{"op": "replace", "path": "/metadata/annotations/x", "value": "1"}],
-    ],
-)
-def test_patch_text_is_json_dumps(ops: list[dict[str, Any]]) -> None:
-    assert review_module._patch_json(ops) == json.dumps(ops)

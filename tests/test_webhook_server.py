@@ -169,6 +169,9 @@ async def test_unexpected_exception_is_allowed_not_500(
         (b"{not json", "body is not JSON"),
         (b"\xff\xfe\x00", "body is not JSON"),
         (b"[" * 100_000 + b"]" * 100_000, "body is not JSON"),
+        # strict JSON (orjson): no NaN, no lone surrogate
+        (b'{"apiVersion": NaN}', "body is not JSON"),
+        (b'{"s": "\\ud800"}', "body is not JSON"),
         ({"apiVersion": "admission.k8s.io/v1", "kind": "Pod", "request": {"uid": "u"}}, "kind"),
         ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}, "request"),
         ([1, 2], "JSON object"),

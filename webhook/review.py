@@ -13,13 +13,12 @@ pod: every response it builds says ``allowed: true``.
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from json.encoder import encode_basestring_ascii as _quote
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
 import jsonpatch
+import orjson
 
 from gpu_intent.intent import ANNOTATION_VERSION, INTENT_ANNOTATIONS, Intent, IntentError
 from webhook.inference import infer
@@ -287,27 +286,6 @@ def make_annotation_patch(
     return AnnotationPatch(ops)
 
 
-_ADD_KEYS: Final = ("op", "path", "value")
-#: `_ANNOTATION_POINTERS` as JSON strings.
-_QUOTED_POINTERS: Final = {p: _quote(p) for p in _ANNOTATION_POINTERS.values()}
-
-
-def _patch_json(operations: list[dict[str, Any]]) -> str:
-    """``json.dumps(operations)``, the same text: an ``{"op": "add", "path": <str>,
-    "value": <str>}`` operation (what `make_annotation_patch` builds for each annotation)
-    is written directly, since json.dumps sets up an encoder per call, costing about as
-    much as building the patch; any other list goes through json.dumps."""
-    parts = []
-    for op in operations:
-        path, value = op.get("path"), op.get("value")
-        if tuple(op) != _ADD_KEYS or op["op"] != "add" or type(path) is not str \
-                or type(value) is not str:  # fmt: skip
-            return json.dumps(operations)
-        quoted = _QUOTED_POINTERS.get(path) or _quote(path)
-        parts.append(f'{{"op": "add", "path": {quoted}, "value": {_quote(value)}}}')
-    return "[" + ", ".join(parts) + "]"
-
-
 def admit(body: object, *, scope: Scope = DEFAULT_SCOPE) -> Admission:
     """Review one AdmissionReview request body (parsed JSON) and decide the response.
 
@@ -365,7 +343,7 @@ def _admit_pod(
     except IntentError as e:
         reason = f"not annotating the pod: {e}"
         return Admission(allowed_with_warning(uid, reason), "error_object", ref, reason)
-    encoded = base64.b64encode(_patch_json(patch.patch).encode()).decode("ascii")
+    encoded = base64.b64encode(orjson.dumps(patch.patch)).decode("ascii")
     response = _response(uid, patchType="JSONPatch", patch=encoded, **warned)
     return Admission(response, "patched", ref, intent=intent)
 
