@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -455,11 +456,32 @@ def parse_requirements(raw: object) -> tuple[Requirement, ...]:
     return tuple(out)
 
 
+#: Longest string value `shared` interns: label values, quantities, operators, models,
+#: reasons (longer ones, such as messages and the status annotation, are rarely equal).
+_SHARED_TEXT = 64
+
+
+def shared(value: Any) -> Any:
+    """``value`` (decoded JSON) copied with every dict key and every string of at most
+    `_SHARED_TEXT` characters interned (``sys.intern``), so the cached pods share one
+    copy of each: each watch event is decoded on its own, and without this every cached
+    pod held its own copies of the same keys and values (``nvidia.com/gpu``,
+    ``PodScheduled``, ``Unschedulable``, annotation keys...), about half of the cache
+    (tracemalloc at 10,000 pods, `bench.controller_rss`). Pure."""
+    if isinstance(value, str):
+        return sys.intern(value) if len(value) <= _SHARED_TEXT else value
+    if isinstance(value, dict):
+        return {sys.intern(k) if isinstance(k, str) else k: shared(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shared(v) for v in value]
+    return value
+
+
 def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of a pod the controller reads, and nothing else: what the pending-pod
     cache keeps, so 10,000 cached pods cost a few MiB, not the full objects (volumes,
-    env, managedFields...). Every parse function of this module reads a slim pod as it
-    reads the full one. Pure."""
+    env, managedFields...), with its keys and short strings `shared`. Every parse
+    function of this module reads a slim pod as it reads the full one. Pure."""
     meta = _meta(obj)
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
@@ -518,7 +540,11 @@ def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
     ]
     if conditions:
         slim_status["conditions"] = conditions
-    return {"metadata": slim_meta, "spec": slim_spec, "status": slim_status}
+    # name, uid, resourceVersion and timestamps are one pod's own: not worth interning
+    for key in ("namespace", "labels", "annotations", "ownerReferences"):
+        if key in slim_meta:
+            slim_meta[key] = shared(slim_meta[key])
+    return {"metadata": slim_meta, "spec": shared(slim_spec), "status": shared(slim_status)}
 
 
 def slim_trigger(obj: Mapping[str, Any]) -> dict[str, Any]:
