@@ -71,12 +71,18 @@ class Outcome:
             f"{cas} CA{'s' if cas > 1 else ''} in the caBundle"
         )
         if not self.renewal.actions and not self.secret_written and not self.webhooks_patched:
-            return f"Secret {namespace}/{secret} and {configuration}: nothing due ({state})"
+            return (
+                f"nothing due for Secret {namespace}/{secret} and MutatingWebhookConfiguration"
+                f" {configuration} ({state})"
+            )
         done = list(self.renewal.actions)
         if self.secret_written:
             done.append(f"{self.secret_written} Secret {namespace}/{secret}")
         if self.webhooks_patched:
-            done.append(f"patched {self.webhooks_patched} caBundle(s) of {configuration}")
+            done.append(
+                f"patched {self.webhooks_patched} caBundle(s) of MutatingWebhookConfiguration"
+                f" {configuration}"
+            )
         return f"{'; '.join(done)} ({state})"
 
 

@@ -545,6 +545,12 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _os_reason(error: OSError) -> str:
+    """``Address already in use`` rather than asyncio's ``error while attempting to bind on
+    address (...): address already in use``."""
+    return os.strerror(error.errno) if error.errno else str(error)
+
+
 class UsageError(Exception):
     """Bad input found after parsing (a file that is not there, a port in use): `main`
     prints ``gpu-intent <command>: <message>`` and exits 2."""
@@ -710,7 +716,7 @@ async def _run_controller(args: argparse.Namespace) -> None:
             runner = await start(controller, host, port)
         except OSError as e:
             raise UsageError(
-                f"cannot serve metrics on --metrics-address {host}:{port}: {e.strerror or e}"
+                f"cannot serve metrics on --metrics-address {host}:{port}: {_os_reason(e)}"
             ) from None
         try:
             await controller.run()
@@ -803,7 +809,7 @@ def _run(args: argparse.Namespace) -> int:
             asyncio.run(_run_webhook(args))
         except OSError as e:
             host, port = args.listen
-            raise UsageError(f"cannot serve on --listen {host}:{port}: {e.strerror or e}") from None
+            raise UsageError(f"cannot serve on --listen {host}:{port}: {_os_reason(e)}") from None
         except (ssl.SSLError, ValueError) as e:
             log.error("webhook: %s", e)
             return 1
