@@ -81,6 +81,18 @@ def test_a_kubeconfig_that_does_not_load_says_so(tmp_path: Path) -> None:
     one_line(run("controller", "--kubeconfig", str(bad)), "cannot load the cluster configuration")
 
 
+def test_a_missing_certificate_file_in_the_kubeconfig_is_named(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    missing = tmp_path / "ca.crt"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:9', certificate-authority: {missing}}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    one_line(run("controller", "--kubeconfig", str(kubeconfig)), "cannot load", str(missing))
+
+
 def test_missing_or_mismatched_webhook_certificates_name_the_paths(tmp_path: Path) -> None:
     tls = write_tls_files(tmp_path / "a", ["localhost"])
     other = write_tls_files(tmp_path / "b", ["localhost"])
