@@ -117,6 +117,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _log_format(text: str) -> str:
+    from gpu_intent.logs import LOG_FORMATS
+
+    if text not in LOG_FORMATS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(LOG_FORMATS)}, got {text!r}")
+    return text
+
+
 def _log_level(text: str) -> str:
     from gpu_intent.logs import LOG_LEVELS
 
@@ -222,7 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--log-format",
-        choices=LOG_FORMATS,
+        type=_log_format,  # not choices: argparse checks a $LOG_FORMAT default only by type
+        metavar="{" + ",".join(LOG_FORMATS) + "}",
         default=os.environ.get("LOG_FORMAT", "text"),
         help="text: for a person; json: one JSON object per line with time, level, logger,"
         " message and the object (namespace/name) a line is about"

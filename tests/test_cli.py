@@ -154,8 +154,9 @@ def test_bad_values_are_rejected_by_argparse_with_one_line(
         assert needle in lines[0], (needle, lines[0])
 
 
-def test_a_bad_log_level_from_the_environment_is_rejected_too() -> None:
+def test_a_bad_log_level_or_format_from_the_environment_is_rejected_too() -> None:
     one_line(run("explain", "-f", "-", env={"LOG_LEVEL": "loud"}), "--log-level", "'loud'")
+    one_line(run("explain", "-f", "-", env={"LOG_FORMAT": "xml"}), "--log-format", "'xml'")
 
 
 @pytest.mark.parametrize(
