@@ -66,6 +66,7 @@ from gpu_intent.intent import (
     TRIGGER_LABEL,
     TRIGGER_LABEL_VALUE,
 )
+from gpu_intent.logs import about
 
 log = logging.getLogger(__name__)
 
@@ -470,10 +471,10 @@ class Controller:
                 "mark", self.kube.patch_pod_status(ref.namespace, ref.name, patch)
             )
         except KubeError as e:
-            log.warning("marking trigger %s %s: %s", ref, reason, e)
+            log.warning("marking trigger %s %s: %s", ref, reason, e, extra=about(ref))
             return
         self.state.expect(TRIGGERS, obj)
-        log.info("trigger %s marked PodScheduled=False reason %s", ref, reason)
+        log.info("trigger %s marked PodScheduled=False reason %s", ref, reason, extra=about(ref))
 
     async def _link(self, ref: PodRef, node_claim: str) -> None:
         try:
@@ -482,10 +483,10 @@ class Controller:
                 self.kube.annotate_pod(ref.namespace, ref.name, {ANNOTATION_NODECLAIM: node_claim}),
             )
         except KubeError as e:
-            log.warning("linking trigger %s to nodeclaim %s: %s", ref, node_claim, e)
+            log.warning("linking trigger %s to nodeclaim %s: %s", ref, node_claim, e, extra=about(ref))
             return
         self.state.expect(TRIGGERS, obj)
-        log.info("trigger %s -> nodeclaim/%s", ref, node_claim)
+        log.info("trigger %s -> nodeclaim/%s", ref, node_claim, extra=about(ref))
 
     async def _set_status(self, change: SetStatus) -> bool:
         ref = change.ref
@@ -501,7 +502,7 @@ class Controller:
             if e.not_found:
                 self.state.forget_scheduled((ref.namespace, ref.name))
                 return True  # the pod is gone: nothing left to tell
-            log.warning("updating scale-up status of pod %s: %s", ref, e)
+            log.warning("updating scale-up status of pod %s: %s", ref, e, extra=about(ref))
             return False
         if change.status.phase == SCHEDULED:
             self.state.forget_scheduled((ref.namespace, ref.name))
@@ -509,7 +510,9 @@ class Controller:
                 metrics.TIME_TO_NODE.observe(max(0.0, change.seconds_to_node))
         elif not (obj.get("spec") or {}).get("nodeName"):
             self.state.expect(PENDING_PODS, obj)
-        log.info("pod %s: %s: %s", ref, change.status.phase, change.status.message)
+        log.info(
+            "pod %s: %s: %s", ref, change.status.phase, change.status.message, extra=about(ref)
+        )
         if change.event is not None:
             await self._event(ref, change.event)
         return True
@@ -524,25 +527,27 @@ class Controller:
                 report=True,
             )
         except KubeError as e:
-            log.warning("recording event %s on pod %s: %s", event.reason, ref, e)
+            log.warning(
+                "recording event %s on pod %s: %s", event.reason, ref, e, extra=about(ref)
+            )
 
     async def _label(self, node: str, value: str) -> None:
         try:
             obj = await self._write("label", self.kube.label_node(node, {NODE_LABEL: value}))
         except KubeError as e:
-            log.warning("labelling node %s: %s", node, e)
+            log.warning("labelling node %s: %s", node, e, extra=about(node))
             return
         self.state.expect(NODES, obj)
-        log.info("node %s labelled %s=%s", node, NODE_LABEL, value)
+        log.info("node %s labelled %s=%s", node, NODE_LABEL, value, extra=about(node))
 
     async def _delete(self, ref: PodRef, reason: str) -> None:
         try:
             await self._write("delete", self.kube.delete_pod(ref.namespace, ref.name, ref.uid))
         except KubeError as e:
-            log.warning("deleting trigger %s: %s", ref, e)
+            log.warning("deleting trigger %s: %s", ref, e, extra=about(ref))
             return
         self.state.expect_deleted(TRIGGERS, (ref.namespace, ref.name))
-        log.info("deleted trigger %s: %s", ref, reason)
+        log.info("deleted trigger %s: %s", ref, reason, extra=about(ref))
 
     async def _create(
         self, body: Mapping[str, Any], gpus: int, pool: str, serves: tuple[PodRef, ...]
@@ -567,6 +572,7 @@ class Controller:
             gpus,
             pool,
             ", ".join(map(str, serves)),
+            extra=about(name),
         )
         if (obj.get("spec") or {}).get("schedulerName") == NON_BINDING_SCHEDULER:
             await self._mark(PodRef(obj["metadata"]["namespace"], obj["metadata"]["name"]))

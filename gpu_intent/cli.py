@@ -1,5 +1,9 @@
 """The ``gpu-intent`` command: ``webhook``, ``controller``, ``explain``, ``certs`` and ``demo``.
 
+Bad input (a missing file, a malformed value, a port in use) ends with one line on stderr
+that names the input and exit code 2, never a traceback; argparse checks values with the
+type functions below (``_positive`` and friends).
+
 ``webhook`` and ``controller`` are the production binaries: they find the cluster the
 standard way (``--kubeconfig``, ``$KUBECONFIG``, in-cluster service account,
 ``~/.kube/config``) and know nothing of the simulated cluster the ``demo`` starts.
@@ -12,6 +16,7 @@ import argparse
 import asyncio
 import gc
 import logging
+import math
 import os
 import signal
 import socket
@@ -19,7 +24,7 @@ import ssl
 import sys
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpu_intent import __version__
 
@@ -37,21 +42,61 @@ WEBHOOK_GC_THRESHOLD = 20_000
 TRIGGER_NAMESPACE = "gpu-intent-system"
 
 
+#: Top-level description shown by ``gpu-intent --help``.
+DESCRIPTION = (
+    "gpu-intent makes Karpenter provision GPU nodes for pods that ask for GPUs through a "
+    "sharing layer (HAMi, KAI, tensor-fusion): a mutating webhook writes each pod's GPU "
+    "intent, a controller turns pending intents into trigger pods Karpenter can see."
+)
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Help with each option's default shown, as ``ArgumentDefaultsHelpFormatter`` does,
+    except where the help text already says its default or there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or default is None
+            or default is argparse.SUPPRESS
+            or default is False
+            or default == []
+            or not action.option_strings
+        ):
+            return text
+        return text + " (default: %(default)s)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line: ``<prog>: <what is wrong>
+    (see <prog> --help)``, exit code 2 (argparse prints the whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _address(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
 def _positive(text: str) -> float:
-    value = float(text)
-    if value <= 0:
+    """A finite number > 0 (seconds, rates)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return value
 
 
 def _non_negative_int(text: str) -> int:
+    """A whole number >= 0 (counts where 0 means none)."""
     try:
         value = int(text)
     except ValueError:
@@ -59,6 +104,33 @@ def _non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    """A whole number > 0 (days, counts that cannot be none)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number > 0, got {text!r}")
+    return value
+
+
+def _log_format(text: str) -> str:
+    from gpu_intent.logs import LOG_FORMATS
+
+    if text not in LOG_FORMATS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(LOG_FORMATS)}, got {text!r}")
+    return text
+
+
+def _log_level(text: str) -> str:
+    from gpu_intent.logs import LOG_LEVELS
+
+    if text.upper() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(LOG_LEVELS)}, got {text!r}")
+    return text.upper()
 
 
 def add_planning_flags(
@@ -77,8 +149,7 @@ def add_planning_flags(
     parser.add_argument(
         "--default-nodepool",
         default=default_nodepool,
-        help="NodePool for GPU intents that name no model"
-        + (f" (default {default_nodepool})" if default_nodepool else ""),
+        help="NodePool for GPU intents that name no model",
     )
     parser.add_argument(
         "--gpu-name-label",
@@ -97,19 +168,27 @@ def add_planning_flags(
         help="make triggers ordinary pods kube-scheduler binds, instead of non-binding ones "
         "(only for clusters that reject pods naming an unknown scheduler)",
     )
-    parser.add_argument("--trigger-image", default="registry.k8s.io/pause:3.10")
-    parser.add_argument("--trigger-priority-class", help="PriorityClass for trigger pods")
+    parser.add_argument(
+        "--trigger-image",
+        default="registry.k8s.io/pause:3.10",
+        help="image of trigger pods (never run with non-binding triggers; binding ones run"
+        " it until their node is Ready)",
+    )
+    parser.add_argument(
+        "--trigger-priority-class", help="PriorityClass for trigger pods (default: none)"
+    )
     parser.add_argument(
         "--cover-seconds",
         type=_positive,
         default=60.0,
-        help="how long pods whose node is Ready are left to their scheduler before buying again (default 60)",
+        metavar="SECONDS",
+        help="how long pods whose node is Ready are left to their scheduler before buying again",
     )
     parser.add_argument(
         "--max-triggers",
         type=_non_negative_int,
         default=100,
-        help="most live trigger pods (default 100)",
+        help="most live trigger pods (0: none)",
     )
 
 
@@ -134,17 +213,48 @@ def plan_config(args: argparse.Namespace) -> PlanConfig:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpu-intent", description=__doc__.split("\n")[0])
-    parser.add_argument("--version", action="version", version=f"gpu-intent {__version__}")
+    """The ``gpu-intent`` argument parser: global options, then one subcommand."""
+    from gpu_intent.logs import LOG_FORMATS, LOG_LEVELS
+
+    parser = _Parser(prog="gpu-intent", description=DESCRIPTION, formatter_class=_HelpFormatter)
+    parser.add_argument(
+        "--version", action="version", version=f"gpu-intent {__version__}",
+        help="print the version and exit",
+    )  # fmt: skip
     parser.add_argument(
         "--log-level",
+        type=_log_level,
         default=os.environ.get("LOG_LEVEL", "INFO"),
-        help="DEBUG, INFO, WARNING (default INFO)",
+        metavar="LEVEL",
+        help=f"least severe log lines shown: {', '.join(LOG_LEVELS)} (default: $LOG_LEVEL or INFO)",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument(
+        "--log-format",
+        type=_log_format,  # not choices: argparse checks a $LOG_FORMAT default only by type
+        metavar="{" + ",".join(LOG_FORMATS) + "}",
+        default=os.environ.get("LOG_FORMAT", "text"),
+        help="text: for a person; json: one JSON object per line with time, level, logger,"
+        " message and the object (namespace/name) a line is about"
+        " (default: $LOG_FORMAT or text)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
 
-    webhook = sub.add_parser("webhook", help="serve the mutating admission webhook over HTTPS")
-    webhook.add_argument("--listen", type=_address, default=("0.0.0.0", 8443), metavar="HOST:PORT")
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name, help=summary, description=description, formatter_class=_HelpFormatter
+        )
+
+    webhook = command(
+        "webhook",
+        "serve the mutating admission webhook over HTTPS",
+        "Serve the mutating admission webhook over HTTPS: it writes each new pod's GPU"
+        " intent as annotations. The certificate files are re-read when they change (a"
+        " mounted Secret).",
+    )
+    webhook.add_argument(
+        "--listen", type=_address, default=("0.0.0.0", 8443), metavar="HOST:PORT",
+        help="address to serve HTTPS on (default 0.0.0.0:8443)",
+    )  # fmt: skip
     webhook.add_argument("--tls-cert-file", required=True, help="PEM certificate (tls.crt)")
     webhook.add_argument("--tls-key-file", required=True, help="PEM private key (tls.key)")
     webhook.add_argument(
@@ -192,10 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_catalog_flag(webhook)
 
-    explain = sub.add_parser(
+    explain = command(
         "explain",
-        help="print each pod template's GPU intent and the reasoning, offline",
-        description="Run the webhook's inference on the pod templates of manifests (Pods, "
+        "print each pod template's GPU intent and the reasoning, offline",
+        "Run the webhook's inference on the pod templates of manifests (Pods, "
         "Deployments, Jobs, CronJobs, any object with a pod template) without a cluster.",
     )
     explain.add_argument(
@@ -216,7 +326,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_catalog_flag(explain)
 
-    controller = sub.add_parser("controller", help="run the trigger controller against a cluster")
+    controller = command(
+        "controller",
+        "run the trigger controller against a cluster",
+        "Run the trigger controller: it watches pods with a GPU intent that no node can"
+        " take, creates trigger pods Karpenter provisions nodes for, and tells each pod"
+        " what is happening (annotation and Events). Serves /metrics, /livez and /readyz.",
+    )
     controller.add_argument(
         "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)"
     )
@@ -227,8 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
         namespace_help="namespace for trigger pods (default: $POD_NAMESPACE or gpu-intent-system)",
     )
     controller.add_argument(
-        "--metrics-address", type=_address, default=("0.0.0.0", 8080), metavar="HOST:PORT"
-    )
+        "--metrics-address", type=_address, default=("0.0.0.0", 8080), metavar="HOST:PORT",
+        help="address to serve /metrics, /livez and /readyz on, plain HTTP (default 0.0.0.0:8080)",
+    )  # fmt: skip
     controller.add_argument(
         "--pass-idle-seconds",
         type=_positive,
@@ -291,18 +408,78 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between attempts to take or renew the Lease (default 2)",
     )
 
-    certs = sub.add_parser(
-        "certs", help="write a CA and a serving certificate (ca.crt, tls.crt, tls.key)"
+    certs = command(
+        "certs",
+        "create or renew the webhook's CA and serving certificate",
+        "Two modes. --out-dir DIR writes a new CA and serving certificate as files (ca.crt,"
+        " tls.crt, and tls.key with mode 0600). --secret NAME (with --namespace, --service,"
+        " --webhook-configuration) keeps a Secret in a cluster right: it creates the CA and"
+        " the serving certificate if missing, renews the serving certificate within its"
+        " renewal window, rotates the CA with the old and new CA both in the caBundle"
+        " during the overlap, and patches every caBundle of the"
+        " MutatingWebhookConfiguration; with nothing due it changes nothing. It prints one"
+        " line saying what it did.",
     )
-    certs.add_argument("--dns-name", action="append", default=[], help="DNS SAN (repeatable)")
-    certs.add_argument("--ip", action="append", default=[], help="IP SAN (repeatable)")
-    certs.add_argument("--out-dir", type=Path, required=True)
-    certs.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    certs.add_argument(
+        "--out-dir", type=Path,
+        help="file mode: directory to write ca.crt, tls.crt and tls.key to",
+    )  # fmt: skip
+    certs.add_argument(
+        "--dns-name", action="append", default=[],
+        help="file mode: DNS name of the serving certificate (repeatable)",
+    )  # fmt: skip
+    certs.add_argument(
+        "--ip", action="append", default=[],
+        help="file mode: IP address of the serving certificate (repeatable)",
+    )  # fmt: skip
+    certs.add_argument(
+        "--secret", metavar="NAME",
+        help="cluster mode: the Secret holding ca.crt, ca.key, tls.crt, tls.key",
+    )  # fmt: skip
+    certs.add_argument(
+        "--namespace", help="cluster mode: namespace of the Secret and the webhook's Service"
+    )
+    certs.add_argument(
+        "--service", metavar="NAME",
+        help="cluster mode: the webhook's Service; the certificate names SVC, SVC.NS,"
+        " SVC.NS.svc and SVC.NS.svc.cluster.local",
+    )  # fmt: skip
+    certs.add_argument(
+        "--webhook-configuration", metavar="NAME",
+        help="cluster mode: the MutatingWebhookConfiguration whose caBundles to patch",
+    )  # fmt: skip
+    certs.add_argument(
+        "--kubeconfig",
+        help="cluster mode: kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)",
+    )
+    certs.add_argument("--context", help="cluster mode: kubeconfig context (default: current)")
+    certs.add_argument(
+        "--days", type=_positive_int, default=None,
+        help="validity of the serving certificate in days (default: 90 with --secret,"
+        " 365 with --out-dir, where the CA lives as long)",
+    )  # fmt: skip
+    certs.add_argument(
+        "--ca-days", type=_positive_int, default=1825,
+        help="cluster mode: validity of a new CA in days; must exceed --days plus"
+        " --renew-before-days",
+    )  # fmt: skip
+    certs.add_argument(
+        "--renew-before-days", type=_non_negative_int, default=30,
+        help="cluster mode: renew the serving certificate this many days before it"
+        " expires; the CA is rotated once it expires within --days plus this",
+    )  # fmt: skip
 
-    demo = sub.add_parser("demo", help="run the end-to-end story on an embedded simulated cluster")
+    demo = command(
+        "demo",
+        "run the end-to-end story on an embedded simulated cluster",
+        "Start a simulated cluster (kube-apiserver, kube-scheduler, Karpenter, kubelets)"
+        " in this process with the webhook and the controller, apply the examples and"
+        " print what happens to every pod, the NodeClaims bought and their cost.",
+    )
     demo.add_argument(
         "--timeout",
         type=_positive,
+        metavar="SECONDS",
         default=None,
         help="give up after this many seconds (default: 60 with fast timings, 300 with eks)",
     )
@@ -377,12 +554,143 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def _os_reason(error: OSError) -> str:
+    """``Address already in use`` rather than asyncio's ``error while attempting to bind on
+    address (...): address already in use``."""
+    return os.strerror(error.errno) if error.errno else str(error)
+
+
+class UsageError(Exception):
+    """Bad input found after parsing (a file that is not there, a port in use): `main`
+    prints ``gpu-intent <command>: <message>`` and exits 2."""
+
+
+def _kubeconfig_problem(path: str | None) -> str | None:
+    """Why no cluster configuration can be found, or None if one may be (the order of
+    `controller.kube.load_configuration`)."""
+    if path is None:
+        path = os.environ.get("KUBECONFIG") or None
+        origin = "$KUBECONFIG"
+    else:
+        origin = "--kubeconfig"
+    if path:
+        first = path.split(os.pathsep)[0]
+        if not Path(first).is_file():
+            return f"kubeconfig file {first} (from {origin}) does not exist"
+        return None
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return None
+    default = Path.home() / ".kube" / "config"
+    if not default.is_file():
+        return (
+            f"no cluster to talk to: no --kubeconfig, no $KUBECONFIG, not in a pod"
+            f" ($KUBERNETES_SERVICE_HOST unset), and {default} does not exist"
+        )
+    return None
+
+
+async def _connect(kubeconfig: str | None, context: str | None) -> Any:
+    """An API client for the cluster (`controller.kube.load_configuration`); raises
+    `UsageError` when the configuration is missing or does not load."""
+    from kubernetes_asyncio import client
+
+    from controller.kube import KubeError, load_configuration
+
+    problem = _kubeconfig_problem(kubeconfig)
+    if problem:
+        raise UsageError(problem)
+    try:
+        cfg = await load_configuration(kubeconfig, context)
+    except KubeError as e:
+        raise UsageError(f"cannot load the cluster configuration: {e.__cause__ or e}") from None
+    return client.ApiClient(configuration=cfg)
+
+
+def _certs(args: argparse.Namespace) -> int:
+    """``gpu-intent certs`` in either mode; returns the exit code."""
+    cluster = [args.secret, args.namespace, args.service, args.webhook_configuration]
+    if args.out_dir is not None:
+        if any(cluster):
+            raise UsageError("give either --out-dir or --secret (with its options), not both")
+        return _certs_to_files(args)
+    if not all(cluster):
+        raise UsageError(
+            "give --out-dir DIR, or --secret, --namespace, --service and"
+            " --webhook-configuration together"
+        )
+    from certs.incluster import CertsError
+    from certs.rotation import CertSettings
+
+    try:
+        settings = CertSettings(
+            service=args.service,
+            namespace=args.namespace,
+            days=args.days or 90,
+            ca_days=args.ca_days,
+            renew_before_days=args.renew_before_days,
+        )
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    try:
+        line = asyncio.run(_certs_in_cluster(args, settings))
+    except CertsError as e:
+        print(f"gpu-intent certs: {e}", file=sys.stderr)
+        return 1
+    print(line)
+    return 0
+
+
+async def _certs_in_cluster(args: argparse.Namespace, settings: Any) -> str:
+    from certs.incluster import reconcile_secret
+
+    api = await _connect(args.kubeconfig, args.context)
+    try:
+        outcome = await reconcile_secret(
+            api, secret=args.secret, configuration=args.webhook_configuration, settings=settings
+        )
+    finally:
+        await api.close()
+    return outcome.summary(args.secret, settings.namespace, args.webhook_configuration)
+
+
+def _certs_to_files(args: argparse.Namespace) -> int:
+    from certs import write_tls_files
+
+    if not args.dns_name and not args.ip:
+        raise UsageError("give at least one --dns-name or --ip")
+    try:
+        files = write_tls_files(args.out_dir, args.dns_name, args.ip, days=args.days or 365)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        where = e.filename or args.out_dir
+        raise UsageError(
+            f"cannot write to --out-dir {args.out_dir}: {where}: {e.strerror}"
+        ) from None
+    print(f"wrote {files.ca_cert}, {files.cert}, {files.key} (the key with mode 0600)")
+    return 0
+
+
+def _check_tls_files(args: argparse.Namespace) -> None:
+    """The webhook's certificate and key exist and load together, else `UsageError`
+    naming the file."""
+    from webhook.server import ssl_context
+
+    for flag, path in (
+        ("--tls-cert-file", args.tls_cert_file),
+        ("--tls-key-file", args.tls_key_file),
+    ):
+        if not Path(path).is_file():
+            raise UsageError(f"{flag} {path}: no such file")
+        if not os.access(path, os.R_OK):
+            raise UsageError(f"{flag} {path}: not readable")
+    try:
+        ssl_context(args.tls_cert_file, args.tls_key_file)
+    except (ssl.SSLError, ValueError, OSError) as e:
+        raise UsageError(
+            f"--tls-cert-file {args.tls_cert_file} and --tls-key-file {args.tls_key_file}"
+            f" do not load as a certificate and its key: {e}"
+        ) from None
 
 
 async def _run_controller(args: argparse.Namespace) -> None:
@@ -408,14 +716,22 @@ async def _run_controller(args: argparse.Namespace) -> None:
             renew_deadline_seconds=args.leader_election_renew_deadline,
             retry_seconds=args.leader_election_retry_period,
         )
-    kube = await Kube.connect(args.kubeconfig, args.context)
-    elector = LeaderElector(kube, elector_config) if elector_config else None
-    controller = Controller(kube, config, elector=elector)
-    runner = await start(controller, *args.metrics_address)
+    kube = Kube(await _connect(args.kubeconfig, args.context))
     try:
-        await controller.run()
+        elector = LeaderElector(kube, elector_config) if elector_config else None
+        controller = Controller(kube, config, elector=elector)
+        host, port = args.metrics_address
+        try:
+            runner = await start(controller, host, port)
+        except OSError as e:
+            raise UsageError(
+                f"cannot serve metrics on --metrics-address {host}:{port}: {_os_reason(e)}"
+            ) from None
+        try:
+            await controller.run()
+        finally:
+            await runner.cleanup()
     finally:
-        await runner.cleanup()
         await kube.close()
 
 
@@ -463,18 +779,22 @@ async def _until_signalled(coro: Coroutine[Any, Any, None]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the process exit code."""
-    args = build_parser().parse_args(argv)
-    _configure_logging(args.log_level)
-    if args.command == "certs":
-        from certs import write_tls_files
+    """Entry point; returns the process exit code: 0 done, 1 failed while running (an API
+    error, a lost lease), 2 bad input (argparse's code for usage errors)."""
+    from gpu_intent.logs import configure
 
-        if not args.dns_name and not args.ip:
-            print("gpu-intent certs: give at least one --dns-name or --ip", file=sys.stderr)
-            return 2
-        files = write_tls_files(args.out_dir, args.dns_name, args.ip, days=args.days)
-        print(f"wrote {files.ca_cert}, {files.cert}, {files.key}")
-        return 0
+    args = build_parser().parse_args(argv)
+    configure(args.log_level, args.log_format)
+    try:
+        return _run(args)
+    except UsageError as e:
+        print(f"gpu-intent {args.command}: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "certs":
+        return _certs(args)
     if args.command == "explain":
         return _explain(args)
     if args.command == "demo":
@@ -493,9 +813,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "webhook":
         if not _load_catalog(args):
             return 2
+        _check_tls_files(args)
         try:
             asyncio.run(_run_webhook(args))
-        except (OSError, ssl.SSLError, ValueError) as e:
+        except OSError as e:
+            host, port = args.listen
+            raise UsageError(f"cannot serve on --listen {host}:{port}: {_os_reason(e)}") from None
+        except (ssl.SSLError, ValueError) as e:
             log.error("webhook: %s", e)
             return 1
     elif args.command == "controller":

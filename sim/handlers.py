@@ -26,6 +26,7 @@ from sim.admission import (
 )
 from sim.defaults import managed_fields, pod_status_on_create, prepare_pod_for_admission
 from sim.patch import apply_patch, patch_media_type
+from sim.secrets import prepare_secret
 from sim.store import (
     EVENTS,
     LEASES,
@@ -33,6 +34,7 @@ from sim.store import (
     NAMESPACES,
     PODS,
     RESOURCE_TYPES,
+    SECRETS,
     BadRequest,
     Conflict,
     Invalid,
@@ -188,6 +190,9 @@ def _validate_builtin(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
     elif rt is MUTATING_WEBHOOK_CONFIGURATIONS:
         default_webhook_configuration(obj)
         errors = validate_webhook_configuration(obj)
+        _invalid(rt, obj, (validate_name(rt, obj["metadata"]) if old is None else []) + errors)
+    elif rt is SECRETS:
+        errors = prepare_secret(obj, old)
         _invalid(rt, obj, (validate_name(rt, obj["metadata"]) if old is None else []) + errors)
     elif old is None:
         _invalid(rt, obj, validate_name(rt, obj["metadata"]))

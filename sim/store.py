@@ -85,6 +85,7 @@ NAMESPACES = ResourceType("", "v1", "Namespace", "namespaces", namespaced=False,
 PODS = ResourceType("", "v1", "Pod", "pods", namespaced=True, has_status=True)
 NODES = ResourceType("", "v1", "Node", "nodes", namespaced=False, has_status=True)
 EVENTS = ResourceType("", "v1", "Event", "events", namespaced=True)
+SECRETS = ResourceType("", "v1", "Secret", "secrets", namespaced=True)
 NODECLAIMS = ResourceType(
     "karpenter.sh", "v1", "NodeClaim", "nodeclaims", namespaced=False, has_status=True
 )
@@ -105,6 +106,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
     PODS,
     NODES,
     EVENTS,
+    SECRETS,
     NODECLAIMS,
     NODEPOOLS,
     MUTATING_WEBHOOK_CONFIGURATIONS,

@@ -266,3 +266,64 @@ def test_demo_takes_the_controller_planning_flags() -> None:
         parser.parse_args(["controller", "--binding-triggers", "--gpu-memory-label", "x/mem"])
     )
     assert (chosen.trigger.binding, chosen.trigger.gpu_memory_label) == (True, "x/mem")
+
+
+# --- Karpenter's FailedScheduling in the timeline ------------------------------------
+
+# Messages as the sim's Karpenter writes them (current and v1.0-v1.3 wording), from a
+# `gpu-intent demo --without-controller` run.
+_REQS = (
+    "requirements=karpenter.k8s.aws/ec2nodeclass In [gpu], karpenter.k8s.aws/instance-gpu-name"
+    " In [{gpus}], karpenter.sh/capacity-type In [on-demand], karpenter.sh/nodepool In [{pool}]"
+)
+_RESOURCES = 'resources={"cpu":"1","memory":"4Gi","nvidia.com/gpu":"1","nvidia.com/gpumem":"8000","pods":"1"}'
+HAMI_FAILED = "Failed to schedule pod, " + "; ".join(
+    f"no instance type has enough resources, {_REQS.format(gpus=gpus, pool=pool)}, {_RESOURCES}"
+    for gpus, pool in (("l4 t4", "gpu-standard"), ("a10g", "gpu-hami"), ("a100 h100", "gpu-large"))
+)
+UNKNOWN_LABEL = (
+    'incompatible requirements, label "nvidia.com/gpu.product" does not have known values'
+)
+
+
+def test_failed_scheduling_keeps_each_reason_once_with_its_node_pools() -> None:
+    from gpu_intent.demo.report import shorten_failed_scheduling
+
+    assert len(HAMI_FAILED) > 700
+    assert shorten_failed_scheduling(HAMI_FAILED) == (
+        "no instance type has enough resources (NodePools gpu-standard, gpu-hami, gpu-large;"
+        " asks nvidia.com/gpu=1, nvidia.com/gpumem=8000)"
+    )
+    three = "Failed to schedule pod, " + "; ".join([UNKNOWN_LABEL] * 3)
+    assert shorten_failed_scheduling(three) == f"{UNKNOWN_LABEL} (3 NodePools)"
+    legacy = "Failed to schedule pod, " + "; ".join(
+        f'incompatible with nodepool "{p}", daemonset overhead={{"pods":"0"}}, did not tolerate'
+        " gpu=true:NoSchedule"
+        for p in ("gpu", "cpu")
+    )
+    assert shorten_failed_scheduling(legacy) == (
+        "did not tolerate gpu=true:NoSchedule (NodePools gpu, cpu)"
+    )
+    mixed = f"Failed to schedule pod, {UNKNOWN_LABEL}; all available instance types exceed limits for nodepool"
+    assert shorten_failed_scheduling(mixed) == mixed.removeprefix("Failed to schedule pod, ")
+    assert shorten_failed_scheduling("0/3 nodes are available") == "0/3 nodes are available"
+
+
+def test_the_timeline_prints_the_short_form_and_keeps_the_whole_message() -> None:
+    from gpu_intent.demo.report import PodRecord, Timeline
+
+    out = io.StringIO()
+    timeline = Timeline(out)
+    timeline.pods["ml/hami-vgpu"] = PodRecord("ml/hami-vgpu", 0.0)
+    timeline.on_event({
+        "source": {"component": "karpenter"}, "reason": "FailedScheduling", "message": HAMI_FAILED,
+        "involvedObject": {"kind": "Pod", "namespace": "ml", "name": "hami-vgpu"},
+    })  # fmt: skip
+    line = out.getvalue().strip()
+    assert line.endswith(
+        "karpenter -> ml/hami-vgpu    FailedScheduling: no instance type has enough resources"
+        " (NodePools gpu-standard, gpu-hami, gpu-large; asks nvidia.com/gpu=1,"
+        " nvidia.com/gpumem=8000)"
+    )
+    assert len(line) < 200
+    assert timeline.pods["ml/hami-vgpu"].karpenter_failed == HAMI_FAILED

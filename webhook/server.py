@@ -36,6 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.exposition import generate_latest
 
 from gpu_intent.intent import Intent, format_gpus
+from gpu_intent.logs import about
 from webhook.certificates import (
     DEFAULT_RELOAD_INTERVAL,
     CertificateReloader,
@@ -248,6 +249,7 @@ STATE: Final = web.AppKey("state", WebhookState)
 
 
 def _log_admission(admission: Admission) -> None:
+    extra = about(admission.pod) if admission.pod else None
     if admission.outcome == "patched" and admission.intent is not None:
         if not log.isEnabledFor(logging.INFO):  # the arguments below cost a few microseconds
             return
@@ -260,14 +262,16 @@ def _log_admission(admission: Admission) -> None:
             intent.pool or "any",
             intent.gpu_memory_mib or "unknown",
             ",".join(intent.source),
+            extra=extra,
         )
     elif admission.outcome == "error_object":
-        log.warning("pod %s: %s", admission.pod, admission.detail)
+        log.warning("pod %s: %s", admission.pod, admission.detail, extra=extra)
     elif admission.outcome == "internal_error":
-        log.error("pod %s: %s", admission.pod, admission.detail, exc_info=admission.error)
+        log.error("pod %s: %s", admission.pod, admission.detail, exc_info=admission.error,
+                  extra=extra)  # fmt: skip
     else:
         log.debug("pod %s: %s %s", admission.pod or "(not a pod)", admission.outcome,
-                  admission.detail)  # fmt: skip
+                  admission.detail, extra=extra)  # fmt: skip
 
 
 def _json(data: object, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -333,7 +337,7 @@ def _internal_error(body: object, error: Exception) -> web.Response:
     request = request if isinstance(request, dict) else {}
     uid = request.get("uid")
     ref = pod_reference(request)
-    log.error("pod %s: reviewing failed, allowing it unchanged", ref, exc_info=error)
+    log.error("pod %s: reviewing failed, allowing it unchanged", ref, exc_info=error, extra=about(ref))
     if not isinstance(uid, str) or not uid:
         return _json({"error": f"internal error: {type(error).__name__}"}, status=400)
     reason = f"internal error, pod not annotated: {type(error).__name__}: {error}"

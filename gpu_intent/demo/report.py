@@ -3,7 +3,9 @@ NodeClaims tables and the JSON summary."""
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +24,61 @@ from gpu_intent.intent import (
 from webhook.inference import infer_intent
 
 log = logging.getLogger(__name__)
+
+_FAILED_PREFIX = "Failed to schedule pod, "
+_LEGACY_POOL = re.compile(r'^incompatible with nodepool "([^"]+)", daemonset overhead=\{[^}]*\}, ')
+_POOL_REQUIREMENT = re.compile(r"karpenter\.sh/nodepool In \[([^\]]+)\]")
+
+
+def shorten_failed_scheduling(message: str) -> str:
+    """Karpenter's ``FailedScheduling`` message cut to what a reader of the timeline needs.
+
+    Karpenter writes ``Failed to schedule pod, <reason>; <reason>; ...``, one reason per
+    NodePool tried, each with the full requirements and resources
+    (kubernetes-sigs/karpenter ``pkg/controllers/provisioning/scheduling/scheduler.go``;
+    v1.0-v1.3 prefix each with ``incompatible with nodepool "<name>", daemonset
+    overhead={...}``). This keeps each distinct reason once, without its
+    ``requirements=`` and ``resources=`` detail, followed by the NodePools it came from
+    when the message names them (or how many times it came) and the extended resources
+    asked for (the usual cause), e.g. ``no instance type has enough resources (NodePools
+    gpu-standard, gpu-hami; asks nvidia.com/gpu=1, nvidia.com/gpumem=8000)``. Pure; other messages are
+    returned unchanged. The full message stays in the JSON summary.
+    """
+    if not message.startswith(_FAILED_PREFIX):
+        return message
+    reasons: dict[str, list[str]] = {}
+    counts: dict[str, int] = {}
+    asks: dict[str, dict[str, str]] = {}
+    for part in message[len(_FAILED_PREFIX) :].split("; "):
+        pool = None
+        if legacy := _LEGACY_POOL.match(part):
+            pool, part = legacy.group(1), part[legacy.end() :]
+        elif named := _POOL_REQUIREMENT.search(part):
+            pool = named.group(1)
+        reason = re.split(r", (?:requirements|resources)=", part, maxsplit=1)[0].strip()
+        reasons.setdefault(reason, [])
+        counts[reason] = counts.get(reason, 0) + 1
+        if pool and pool not in reasons[reason]:
+            reasons[reason].append(pool)
+        _, found, resources = part.partition("resources=")
+        if found:
+            try:
+                requested = json.loads(resources)
+            except ValueError:
+                requested = {}
+            extended = {k: str(v) for k, v in requested.items() if "/" in k}
+            asks.setdefault(reason, {}).update(extended)
+    shown = []
+    for reason, pools in reasons.items():
+        notes = []
+        if pools:
+            notes.append(f"NodePool{'s' if len(pools) > 1 else ''} {', '.join(pools)}")
+        elif counts[reason] > 1:
+            notes.append(f"{counts[reason]} NodePools")
+        if asks.get(reason):
+            notes.append("asks " + ", ".join(f"{k}={v}" for k, v in asks[reason].items()))
+        shown.append(f"{reason} ({'; '.join(notes)})" if notes else reason)
+    return "; ".join(shown)
 
 
 @dataclass
@@ -202,7 +259,10 @@ class Timeline:
         ):
             record.karpenter_failed = str(event.get("message"))
         who = "karpenter" if source == "karpenter" else "gpu-intent"
-        self.say(f"{who} -> {target}", f"{event.get('reason')}: {event.get('message')}")
+        text = str(event.get("message"))
+        if source == "karpenter" and event.get("reason") == "FailedScheduling":
+            text = shorten_failed_scheduling(text)
+        self.say(f"{who} -> {target}", f"{event.get('reason')}: {text}")
 
 
 def describe_intent(intent: Intent | None) -> str:
