@@ -249,10 +249,14 @@ STATE: Final = web.AppKey("state", WebhookState)
 
 
 def _log_admission(admission: Admission) -> None:
-    extra = about(admission.pod) if admission.pod else None
     if admission.outcome == "patched" and admission.intent is not None:
         if not log.isEnabledFor(logging.INFO):  # the arguments below cost a few microseconds
             return
+    elif admission.outcome not in ("error_object", "internal_error") \
+            and not log.isEnabledFor(logging.DEBUG):  # fmt: skip
+        return
+    extra = about(admission.pod) if admission.pod else None
+    if admission.outcome == "patched" and admission.intent is not None:
         intent = admission.intent
         log.info(
             "pod %s: annotated gpu intent: %s GPU, model %s, pool %s, gpu memory %s MiB (%s)",
