@@ -7,8 +7,9 @@ the projected service-account volume the apiserver adds), in 20 opted-in namespa
 plus two NodePools. ``gpu-intent controller`` runs as its own process against it through
 a kubeconfig, lists and watches everything, plans and creates its capped triggers and
 writes every pod's status and Event; once its ``/readyz`` answers, its trigger count
-stops moving and its peak resident set (``VmHWM`` in /proc/<pid>/status, Linux) has not
-grown for 10 s, that peak is read. Printed: peak RSS in MiB, for N = 10,000
+stops moving, every pod carries its ``gpu-intent.io/scale-up`` status (so the peak
+includes the cache after every pod was written once) and its peak resident set
+(``VmHWM`` in /proc/<pid>/status, Linux) has not grown for 10 s, that peak is read. Printed: peak RSS in MiB, for N = 10,000
 (the target is < 150 MB) and, for the slope, N = 1,000.
 """
 
@@ -27,7 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from gpu_intent.intent import Intent
+from gpu_intent.intent import ANNOTATION_SCALE_UP, Intent
 from sim.server import ApiServer
 from sim.store import NAMESPACES, NODEPOOLS, PODS, Store
 
@@ -151,6 +152,7 @@ async def measure(n: int, port: int) -> float:
             )  # fmt: skip
             try:
                 await _until_settled(port, store)
+                await _until_every_status(store)
                 await _until_peak_holds(proc.pid)
                 return peak_rss_mib(proc.pid)
             finally:
@@ -181,6 +183,18 @@ async def _until_settled(port: int, store: Store, seconds: float = 300) -> None:
         stable = stable + 1 if count == last else 0
         last = count
         await asyncio.sleep(0.5)
+
+
+async def _until_every_status(store: Store, seconds: float = 600) -> None:
+    """Wait until every GPU pod carries the controller's status annotation (10,000 status
+    writes and Events take it a few minutes at its default write rate)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pods = [p for k in range(20) for p in store.list(PODS, f"team-{k}")[0]]
+        if all(ANNOTATION_SCALE_UP in (p["metadata"].get("annotations") or {}) for p in pods):
+            return
+        await asyncio.sleep(1.0)
+    raise RuntimeError("the controller did not write every pod's status in time")
 
 
 async def _until_peak_holds(pid: int, quiet: float = 10.0, seconds: float = 300) -> None:

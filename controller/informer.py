@@ -75,19 +75,7 @@ class Informer:
         backoff = 0.5
         while True:
             try:
-                items, rv = await self.kube.list(
-                    spec.resource,
-                    namespace=spec.namespace,
-                    label_selector=spec.label_selector,
-                    field_selector=spec.field_selector,
-                    keep=self.state.keeper(spec.kind),
-                )
-                self.state.replace(spec.kind, items, kept=True)
-                self.synced.set()
-                self.on_change()
-                log.debug(
-                    "informer %s listed %d objects at resourceVersion %s", spec.kind, len(items), rv
-                )
+                rv = await self._list()
                 while True:
                     rv = await self._watch(rv)
                     backoff = 0.5
@@ -100,6 +88,28 @@ class Informer:
                 RESTARTS.labels(spec.kind, "error").inc()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
+
+    async def _list(self) -> str:
+        """List into the cache; returns the list's resourceVersion.
+
+        A method of its own so that no frame keeps the listed objects once they are in
+        the cache: `run` lives as long as the informer, and a list it held kept every
+        object listed alive after watch events had replaced it (at 10,000 pending pods,
+        about 30 MiB more by the time each had been written once, `bench.controller_rss`).
+        """
+        spec = self.spec
+        items, rv = await self.kube.list(
+            spec.resource,
+            namespace=spec.namespace,
+            label_selector=spec.label_selector,
+            field_selector=spec.field_selector,
+            keep=self.state.keeper(spec.kind),
+        )
+        self.state.replace(spec.kind, items, kept=True)
+        self.synced.set()
+        self.on_change()
+        log.debug("informer %s listed %d objects at resourceVersion %s", spec.kind, len(items), rv)
+        return rv
 
     async def _watch(self, rv: str) -> str:
         spec = self.spec
