@@ -8,6 +8,8 @@ import json
 import re
 from typing import get_args
 
+import promql_parser
+import pytest
 from chart_support import CHART, one, render
 from prometheus_client import CollectorRegistry
 
@@ -48,6 +50,14 @@ def expressions() -> list[str]:
     rule = one(render("monitoring"), "PrometheusRule")
     exprs += [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
     return exprs
+
+
+def test_every_query_parses_as_promql() -> None:
+    """promql-parser (a port of Prometheus' own parser) accepts every expression."""
+    for expr in expressions():
+        promql_parser.parse(expr)
+    with pytest.raises(ValueError):
+        promql_parser.parse("sum(rate(gpu_intent_triggers[5m]) >")
 
 
 def test_every_queried_metric_exists() -> None:
