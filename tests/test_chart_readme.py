@@ -83,3 +83,13 @@ def test_the_namespace_is_created_before_and_an_opted_in_namespace_is_not_exclud
         assert entry["namespaceSelector"]["matchLabels"] == {key: value}
         [excluded] = entry["namespaceSelector"]["matchExpressions"]
         assert ns in excluded["values"] and opted_in not in excluded["values"]
+
+
+def test_the_certificate_lifetimes_the_readme_states_are_the_charts() -> None:
+    days, before = map(int, re.search(r"\((\d+) days, renewed (\d+) days before expiry\)", section()).groups())  # type: ignore[union-attr]
+    ca_years = int(re.search(r"the CA lasts (\d+) years", section()).group(1))  # type: ignore[union-attr]
+    docs = render_as_written(chart_installs()[0])
+    certs = {d["metadata"]["name"]: d["spec"] for d in find(docs, "Certificate")}
+    serving, ca = certs["gpu-intent-webhook"], certs["gpu-intent-ca"]
+    assert (serving["duration"], serving["renewBefore"]) == (f"{days * 24}h", f"{before * 24}h")
+    assert ca["duration"] == f"{ca_years * 365 * 24}h"
