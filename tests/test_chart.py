@@ -568,3 +568,20 @@ def test_no_template_renders_key_material() -> None:
         docs = render(values)
         assert find(docs, "Secret") == []
         assert "PRIVATE KEY" not in yaml.safe_dump_all(docs)
+
+
+@pytest.mark.parametrize(("values", "expected"), [("default", "text"), ("monitoring", "json")])
+def test_every_container_gets_the_log_format(
+    values: str, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """logFormat reaches each container as $LOG_FORMAT, the default of gpu-intent's
+    --log-format (an option of the CLI branch of issue 10; where the parser has it, the
+    rendered command line is parsed with that environment)."""
+    global_options = {s for a in build_parser()._actions for s in a.option_strings}
+    for _, spec in pod_specs(render(values)):
+        [c] = spec["containers"]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["LOG_FORMAT"] == expected
+        if "--log-format" in global_options and (c["name"] != "certs" or "--secret" in options("certs")):
+            monkeypatch.setenv("LOG_FORMAT", expected)
+            assert build_parser().parse_args(c["args"]).log_format == expected

@@ -126,6 +126,8 @@ containers:
       - --days={{ .Values.certs.days }}
       - --ca-days={{ .Values.certs.caDays }}
       - --renew-before-days={{ .Values.certs.renewBeforeDays }}
+    env:
+      - {name: LOG_FORMAT, value: {{ .Values.logFormat | quote }}}
     resources: {{- toYaml .Values.certs.resources | nindent 6 }}
     securityContext: {{- include "gpu-intent.containerSecurityContext" . | nindent 6 }}
 {{- end -}}
