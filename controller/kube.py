@@ -2,12 +2,14 @@
 
 Everything here is I/O; everything that decides what to send lives elsewhere. Objects
 stay JSON dicts (``_preload_content=False``) so the pure core never sees client models,
-and every failure becomes a `KubeError` whose message says what was being done.
+and every failure becomes a `KubeError` whose message says what was being done. Bodies
+and watch events are decoded with orjson: about twice as fast as the json module, and
+its key cache gives every decoded object the same key strings, so the cached objects
+share them.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -95,7 +98,7 @@ async def _read(response: aiohttp.ClientResponse, doing: str) -> Obj:
     finally:
         response.release()
     try:
-        data = json.loads(body) if body else {}
+        data = orjson.loads(body) if body else {}
     except ValueError:
         data = {}
     if response.status >= 400 or not isinstance(data, dict):
@@ -233,7 +236,7 @@ class Kube:
             ) as events:
                 async for line in events:
                     try:
-                        event = json.loads(line)
+                        event = orjson.loads(line)
                     except ValueError as e:
                         raise KubeError(doing, 0, "MalformedEvent", str(line)[:200]) from e
                     obj = event.get("object") if isinstance(event, dict) else None
