@@ -72,6 +72,7 @@ def trigger_failure(
     refusal: Refusal | None,
     now: datetime,
     init_timeout_seconds: float,
+    used: Mapping[str, Decimal] | None = None,
 ) -> Failure | None:
     """Whether ``trigger`` failed, by the evidence of this pass:
 
@@ -80,7 +81,10 @@ def trigger_failure(
     - the NodeClaim recorded on it (``gpu-intent.io/nodeclaim``) is gone or being
       deleted and was not Ready, and no other NodeClaim is linked (``linked``, from
       `controller.plan.link_claims`);
-    - ``linked`` is not Ready ``init_timeout_seconds`` after its creation.
+    - ``linked`` is not Ready ``init_timeout_seconds`` after its creation. It is
+      deleted with the trigger unless a pod we served is already bound to its node
+      (``used``: GPUs of such pods by node name; a scheduler that does not wait for the
+      device plugin may do that): then only the trigger goes.
     """
     if linked is None:
         if refusal is not None and refusal.uid in ("", trigger.ref.uid):
@@ -102,11 +106,13 @@ def trigger_failure(
     waiting = [
         k for k in ("Launched", "Registered", "Initialized") if linked.conditions.get(k) != "True"
     ]
-    return Failure(
+    reason = (
         f"NodeClaim {linked.name} was not Ready {init_timeout_seconds:g}s after its creation "
-        f"(not yet {', '.join(waiting) or 'Ready'}); deleted it",
-        delete_claim=linked.name,
+        f"(not yet {', '.join(waiting) or 'Ready'})"
     )
+    if (used or {}).get(linked.node_name or "", Decimal(0)) > 0:
+        return Failure(reason + "; kept: pods run on its node")
+    return Failure(reason + "; deleted it", delete_claim=linked.name)
 
 
 def init_overdue(

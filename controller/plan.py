@@ -650,6 +650,7 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
             snapshot.refusals.get((trigger.ref.namespace, trigger.ref.name)),
             now,
             config.init_timeout_seconds,
+            snapshot.used,
         )
         if failure is not None:
             failures[trigger.ref] = failure
@@ -729,7 +730,9 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
                 pool,
                 refs,
                 config.trigger,
-                name=trigger_name(key, refs, stamp),
+                # A retry is a new trigger: its name (and marker) differs from the
+                # failed one's even within the same second.
+                name=trigger_name(key, refs, stamp + _retry_suffix(bin_.pods)),
                 exclude_nodes=excluded.get(key.pool, ()),
                 cpu_millis=bin_.cpu_millis,
                 memory_bytes=bin_.memory_bytes,
@@ -793,6 +796,12 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
         node_labels,
         tuple(claim_deletes[name] for name in sorted(claim_deletes)),
     )
+
+
+def _retry_suffix(pods: Sequence[PendingPod]) -> str:
+    """``/retry<n>`` for a trigger of pods that failed before (n: most attempts)."""
+    attempts = max((p.retry.attempts for p in pods if p.retry is not None), default=0)
+    return f"/retry{attempts}" if attempts else ""
 
 
 def failed_message(ref: PodRef, retry: RetryState) -> str:

@@ -547,6 +547,8 @@ class Controller:
                 return True  # the pod is gone: nothing left to tell
             log.warning("updating scale-up status of pod %s: %s", ref, e)
             return False
+        if change.retry is not None:
+            self.state.release_retry((ref.namespace, ref.name), change.retry)
         if change.status.phase == SCHEDULED:
             self.state.forget_scheduled((ref.namespace, ref.name))
             if change.seconds_to_node is not None:

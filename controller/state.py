@@ -340,6 +340,14 @@ class ClusterState:
             del self._retries[key]
             self._covers_version += 1
 
+    def release_retry(self, key: Key, retry: RetryState) -> None:
+        """The pod's annotation now shows ``retry``: stop holding it (so a user who
+        removes the annotation to try again is heard at once)."""
+        held = self._retries.get(key)
+        if held is not None and held[0] == retry:
+            del self._retries[key]
+            self._covers_version += 1
+
     def retries(self) -> dict[Key, RetryState]:
         """The retry states held (a copy): pod -> state."""
         return {key: retry for key, (retry, _) in self._retries.items()}
