@@ -333,3 +333,37 @@ async def test_caps_make_demand_wait_and_say_so(tmp_path: Path) -> None:
         assert (await status_of(env, "ml", "two")).phase == "Waiting"  # type: ignore[union-attr]
         assert triggers.adds == 2
         assert len(claims.created) == 2
+
+
+async def test_the_retry_count_survives_a_controller_restart(tmp_path: Path) -> None:
+    """After the first failed attempt the controller is replaced by a new one (nothing
+    in memory): the count read from the pod's annotation goes on, and the pod is Failed
+    after three attempts in all, three NodeClaims, not four."""
+    timings = dataclasses.replace(FAST, launch_timeout_seconds=1.0)
+    # A 2 s backoff: the restart falls inside it, while no trigger exists. (A trigger
+    # whose NodeClaim fails while no controller runs is retried by Karpenter itself; see
+    # README, Known limits.)
+    three = {"retry_base_seconds": 2.0, "retry_max_seconds": 2.0, "retry_attempts": 3}
+    async with make_env(tmp_path, timings) as env:
+        karpenter = env.cluster.karpenter
+        assert karpenter is not None
+        karpenter.lifecycle.launch_hangs = True
+        claims = NodeClaimCount(env.cluster)
+        try:
+            async with running(env, **three) as (first, _, _t):
+                await apply(env.api, kai_pod("again", {"gpu-fraction": "0.5"}, node_selector=L4))
+
+                async def one_attempt() -> bool:
+                    retry = await retry_of(env, "again")
+                    return retry is not None and retry.attempts == 1
+
+                await eventually(one_attempt, 15)
+                await first.flush_statuses()
+            async with running(env, **three):
+                status = await eventually(told(env, "again", "Failed"), 20)
+                assert "3 failed scale-ups" in status.message
+                await eventually(lambda: no_triggers(env), 5)
+                await asyncio.sleep(1.0)
+        finally:
+            await claims.close()
+        assert len(claims.created) == 3
