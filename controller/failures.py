@@ -16,11 +16,13 @@ until its pods bind: pure rules that `controller.plan` and `controller.reconcile
   ``gpu-intent.io/retry``), so a restarted controller keeps counting; the executor also
   holds it in memory from the moment it removes the trigger until the annotation is
   written, as it does for NodeReady covers.
-- **Protection** (`protections`): a NodeClaim bought for our triggers gets
-  ``karpenter.sh/do-not-disrupt: "true"`` while a live trigger stands for it and, once
+- **Protection** (`protections`): a NodeClaim bought for our triggers, and its Node
+  once it has one, get ``karpenter.sh/do-not-disrupt: "true"`` while a live trigger stands for it and, once
   Ready, until a pod we served is found bound to its node or ``protect_seconds`` have
   passed. Karpenter's emptiness consolidation skips such a node
-  (pkg/controllers/disruption/types.go ``NewCandidate``); a non-binding trigger cannot
+  (pkg/controllers/disruption/types.go ``NewCandidate`` reads ``StateNode.Annotations()``,
+  pkg/controllers/state/statenode.go: the NodeClaim's until the node registers, the
+  Node's after, hence both); a non-binding trigger cannot
   protect it (it is never bound to the node, and the 20 s nomination protection ends
   once the trigger is marked linked, since Karpenter then no longer nominates it).
 - **Rate** (`TokenBucket`): trigger creations per second, with the time passed in.
@@ -37,6 +39,7 @@ from decimal import Decimal
 
 from controller.model import (
     NodeClaimInfo,
+    NodeInfo,
     Refusal,
     RetryState,
     TriggerInfo,
@@ -158,12 +161,19 @@ def retry_due(retry: RetryState | None, now: datetime) -> bool:
     return at is None or now >= at
 
 
+#: `Protection.kind` values.
+NODECLAIM = "nodeclaim"
+NODE = "node"
+
+
 @dataclass(frozen=True, slots=True)
 class Protection:
-    """Set (``protect``) or remove ``karpenter.sh/do-not-disrupt`` on NodeClaim
-    ``node_claim`` (with `controller.model.ANNOTATION_PROTECTED`)."""
+    """Set (``protect``) or remove ``karpenter.sh/do-not-disrupt`` (with
+    `controller.model.ANNOTATION_PROTECTED`) on the NodeClaim or Node (``kind``)
+    ``name``."""
 
-    node_claim: str
+    kind: str
+    name: str
     protect: bool
 
 
@@ -190,14 +200,16 @@ def wants_protection(
 
 def protections(
     claims: Mapping[str, NodeClaimInfo],
+    nodes: Mapping[str, NodeInfo],
     live_triggers: frozenset[str],
     used: Mapping[str, Decimal],
     now: datetime,
     protect_seconds: float,
 ) -> list[Protection]:
-    """The protection changes this pass (see `wants_protection`): set where wanted and
-    not set, removed where set by us and no longer wanted. A NodeClaim being deleted is
-    left alone. By name."""
+    """The protection changes this pass (see `wants_protection`), for each NodeClaim and
+    for its Node (``nodes``, by name) once it has one: set where wanted and not set,
+    removed where set by us and no longer wanted. A NodeClaim being deleted is left
+    alone. By NodeClaim name."""
     changes = []
     for name in sorted(claims):
         claim = claims[name]
@@ -205,7 +217,10 @@ def protections(
             continue
         want = wants_protection(claim, live_triggers, used, now, protect_seconds)
         if want != claim.protected:
-            changes.append(Protection(name, want))
+            changes.append(Protection(NODECLAIM, name, want))
+        node = nodes.get(claim.node_name or "")
+        if node is not None and want != node.protected:
+            changes.append(Protection(NODE, node.name, want))
     return changes
 
 

@@ -328,6 +328,16 @@ class Kube:
             {"metadata": {"labels": dict(labels)}},
         )
 
+    async def annotate_node(self, name: str, annotations: Mapping[str, str | None]) -> Obj:
+        """Set (or, for None values, remove) annotations on a Node with a strategic
+        merge patch."""
+        return await self._call(
+            f"annotating node {name}",
+            self.core.patch_node,
+            name,
+            {"metadata": {"annotations": dict(annotations)}},
+        )
+
     async def annotate_nodeclaim(self, name: str, annotations: Mapping[str, str | None]) -> Obj:
         """Set (or, for None values, remove) annotations on a NodeClaim with a JSON merge
         patch (RFC 7386; custom resources take no strategic merge patch)."""

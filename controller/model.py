@@ -389,6 +389,8 @@ class NodeInfo:
     pool: str | None
     ready: bool
     label: str | None
+    #: The controller protects it from disruption (`ANNOTATION_PROTECTED` is set).
+    protected: bool = False
 
 
 def node_label_value(name: str) -> str:
@@ -401,15 +403,19 @@ def node_label_value(name: str) -> str:
 
 def slim_node(obj: Mapping[str, Any]) -> dict[str, Any]:
     """What the node cache keeps: name, resourceVersion, the pool and `NODE_LABEL`
-    labels, and the Ready condition. Pure."""
+    labels, the `ANNOTATION_PROTECTED` annotation, and the Ready condition. Pure."""
     meta = _meta(obj)
     labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    slim_meta = {
+        "name": meta.get("name", ""),
+        "resourceVersion": meta.get("resourceVersion", ""),
+        "labels": {k: labels[k] for k in (NODEPOOL_LABEL, NODE_LABEL) if k in labels},
+    }
+    if ANNOTATION_PROTECTED in annotations:
+        slim_meta["annotations"] = {ANNOTATION_PROTECTED: annotations[ANNOTATION_PROTECTED]}
     return {
-        "metadata": {
-            "name": meta.get("name", ""),
-            "resourceVersion": meta.get("resourceVersion", ""),
-            "labels": {k: labels[k] for k in (NODEPOOL_LABEL, NODE_LABEL) if k in labels},
-        },
+        "metadata": slim_meta,
         "status": {
             "conditions": [
                 c
@@ -431,6 +437,7 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
             for c in (obj.get("status") or {}).get("conditions") or []
         ),
         label=labels.get(NODE_LABEL),
+        protected=bool((meta.get("annotations") or {}).get(ANNOTATION_PROTECTED)),
     )
 
 

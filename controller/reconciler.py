@@ -25,7 +25,7 @@ from aiolimiter import AsyncLimiter
 
 from controller import kube as kube_api
 from controller import metrics
-from controller.failures import Protection, TokenBucket, protections
+from controller.failures import NODECLAIM, Protection, TokenBucket, protections
 from controller.incremental import IncrementalPlanner
 from controller.informer import Informer, InformerSpec
 from controller.kube import Kube, KubeError
@@ -583,10 +583,12 @@ class Controller:
 
     async def _protect(self) -> None:
         """Set or remove ``karpenter.sh/do-not-disrupt`` on the NodeClaims bought for our
-        triggers (`controller.failures.protections`), from the cache as it is now."""
+        triggers and their Nodes (`controller.failures.protections`), from the cache as
+        it is now."""
         live = frozenset(name for _, name in self.state.keys(TRIGGERS))
         changes = protections(
             self.state.nodeclaims(),
+            self.state.nodes(),
             live,
             self.state.used(),
             self.now(),
@@ -596,21 +598,24 @@ class Controller:
 
     async def _protect_one(self, change: Protection) -> None:
         value = "true" if change.protect else None
+        annotations = {DO_NOT_DISRUPT: value, ANNOTATION_PROTECTED: value}
+        on_claim = change.kind == NODECLAIM
         try:
             obj = await self._write(
                 "protect",
-                self.kube.annotate_nodeclaim(
-                    change.node_claim, {DO_NOT_DISRUPT: value, ANNOTATION_PROTECTED: value}
-                ),
+                self.kube.annotate_nodeclaim(change.name, annotations)
+                if on_claim
+                else self.kube.annotate_node(change.name, annotations),
             )
         except KubeError as e:
             if not e.not_found:
-                log.warning("protecting nodeclaim %s: %s", change.node_claim, e)
+                log.warning("protecting %s %s: %s", change.kind, change.name, e)
             return
-        self.state.expect(NODECLAIMS, obj)
+        self.state.expect(NODECLAIMS if on_claim else NODES, obj)
         log.info(
-            "nodeclaim %s %s",
-            change.node_claim,
+            "%s %s %s",
+            change.kind,
+            change.name,
             f"protected ({DO_NOT_DISRUPT}=true)" if change.protect else "no longer protected",
         )
 

@@ -23,6 +23,7 @@ from controller.model import (
     WAITING,
     GroupKey,
     RetryState,
+    parse_node,
     parse_nodeclaim,
     parse_refusal,
 )
@@ -230,16 +231,22 @@ def test_protection_while_a_trigger_stands_and_until_pods_bind_or_time_passes() 
     )
     foreign = parse_nodeclaim(nodeclaim("nc-3", "gpu-standard", ready=True, node="n3"))
     claims = {c.name: c for c in (launching, ready, foreign)}
-    changes = protections(claims, frozenset({"gi-x"}), {}, NOW, 60)
-    assert [(c.node_claim, c.protect) for c in changes] == [("nc-1", True), ("nc-2", True)]
+    nodes = {"n2": parse_node({"metadata": {"name": "n2"}})}
+    changes = protections(claims, nodes, frozenset({"gi-x"}), {}, NOW, 60)
+    assert [(c.kind, c.name, c.protect) for c in changes] == [
+        ("nodeclaim", "nc-1", True),
+        ("nodeclaim", "nc-2", True),
+        ("node", "n2", True),  # Karpenter reads a registered node's own annotations
+    ]
     # A pod we served is bound on nc-2's node: protection is no longer needed there.
     protected = {
         name: dataclasses.replace(c, protected=name != "nc-3") for name, c in claims.items()
     }
-    bound = protections(protected, frozenset({"gi-x"}), {"n2": Decimal(1)}, NOW, 60)
-    assert [(c.node_claim, c.protect) for c in bound] == [("nc-2", False)]
+    nodes = {"n2": dataclasses.replace(nodes["n2"], protected=True)}
+    bound = protections(protected, nodes, frozenset({"gi-x"}), {"n2": Decimal(1)}, NOW, 60)
+    assert [(c.name, c.protect) for c in bound] == [("nc-2", False), ("n2", False)]
     # Or the grace period passed (nc-2 Ready at T0, 5 s before NOW).
-    late = protections(protected, frozenset({"gi-x"}), {}, NOW, 4)
-    assert [(c.node_claim, c.protect) for c in late] == [("nc-2", False)]
+    late = protections(protected, nodes, frozenset({"gi-x"}), {}, NOW, 4)
+    assert [(c.name, c.protect) for c in late] == [("nc-2", False), ("n2", False)]
     # A NodeClaim nobody bought through gpu-intent is never touched.
-    assert all(c.node_claim != "nc-3" for c in changes + bound + late)
+    assert all(c.name not in ("nc-3", "n3") for c in changes + bound + late)

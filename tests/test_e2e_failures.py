@@ -234,7 +234,9 @@ async def test_a_new_node_survives_emptiness_consolidation_until_a_slow_schedule
             await eventually(told(env, "slow", "NodeReady"), 15)
             await asyncio.sleep(3.0)  # many consolidation windows
             [claim] = live_claims(env)
-            assert claim["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
+            node_obj = cluster.store.get(sim_store.NODES, None, claim["status"]["nodeName"])
+            for obj in (claim, node_obj):  # the Node's is the one Karpenter reads now
+                assert obj["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
             back = asyncio.create_task(cluster.scheduler.run_loop("kai-scheduler"))
             try:
 
