@@ -757,11 +757,11 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
                     retries.append((pod.ref, retry))
                     if retry.attempts >= config.retry_attempts:
                         message = failed_message(pod.ref, retry)
-                        status = ScaleUpStatus(FAILED, message, str(trigger.ref), since=stamp)
+                        status = ScaleUpStatus(FAILED, message, since=stamp)
                         event = Event("Warning", "ScaleUpFailed", message)
                     else:
                         message = retry_message(retry, config.retry_attempts)
-                        status = ScaleUpStatus(WAITING, message, str(trigger.ref), since=stamp)
+                        status = ScaleUpStatus(WAITING, message, since=stamp)
                         event = Event("Warning", "ScaleUpRetry", message)
                     statuses.append(SetStatus(pod.ref, status, event, retry=retry))
                 deletes.append(
@@ -780,7 +780,11 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
                     if claim is not None
                     else "no pending pod needs it any more"
                 )
-                deletes.append(DeleteTrigger(trigger.ref, reason, orphan=key))
+                # Nothing was bought for it yet: the group cools down (pods that come and
+                # go would otherwise make a trigger, and maybe a NodeClaim, each time). A
+                # Ready NodeClaim's free GPUs take new pods of the group instead.
+                orphan = key if claim is None else None
+                deletes.append(DeleteTrigger(trigger.ref, reason, orphan=orphan))
                 continue
             _tell_progress(trigger, claim, bins, pods_served, key.pool, stamp, tell, deletes)
     going = {d.ref for d in deletes}  # no patch on a pod this pass deletes

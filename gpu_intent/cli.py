@@ -392,15 +392,15 @@ def _add_failure_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--max-triggers-per-pool",
         type=_non_negative_int,
-        default=50,
-        help="most live trigger pods per NodePool, 0 for no cap but --max-triggers (default 50)",
+        default=0,
+        help="most live trigger pods per NodePool, 0 for no cap but --max-triggers (default 0)",
     )
     group.add_argument(
         "--trigger-creates-per-second",
         type=float,
-        default=20.0,
+        default=50.0,
         help="trigger creations per second at most (token bucket, burst the same), 0 for no "
-        "limit (default 20)",
+        "limit (default 50)",
     )
     group.add_argument(
         "--retry-base-seconds",
