@@ -25,7 +25,11 @@ Given the pending GPU pods, the live trigger pods, NodeClaims, NodePools and Kar
    NodeClaim stays Ready, so the gap between trigger deletion and the real pod binding
    does not buy a second node;
 6. pods that got a node while being scaled up for are told ``Scheduled``, naming the
-   NodeClaim whose node they run on, so no stale status outlives the scale-up.
+   NodeClaim whose node they run on, so no stale status outlives the scale-up;
+7. failed triggers (`controller.failures.trigger_failure`) are removed and their pods
+   wait a backoff, or are told ``Failed`` after the last attempt; a group whose trigger
+   was removed unneeded cools down; and demand above a cap (GPUs per trigger, triggers
+   in all and per NodePool, the creation rate) waits, told ``Waiting`` and why.
 
 The executor (`controller.reconciler`) applies the plan through the API adapter: money
 first (creates, deletes), statuses after.
