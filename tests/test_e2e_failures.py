@@ -89,7 +89,7 @@ async def test_insufficient_capacity_then_a_retry_lands_in_another_zone(tmp_path
     trigger has failed, the pod waits its backoff; meanwhile one zone gets capacity back,
     and the retry's NodeClaim launches there. Two NodeClaims in all, one of them used."""
     timings = dataclasses.replace(
-        FAST, launch_seconds=0.4, unavailable_offerings_ttl_seconds=0.3
+        FAST, launch_seconds=1.5, unavailable_offerings_ttl_seconds=0.3
     )  # launch slower than the controller links, as EC2 is
     async with make_env(tmp_path, timings) as env:
         karpenter = env.cluster.karpenter
@@ -272,7 +272,7 @@ async def test_orphan_triggers_are_removed_and_a_flapping_group_cools_down(
     """A pod deleted right after its trigger was made: the trigger is removed before
     Karpenter's batch closes (nothing bought). Its replacement, at once, waits out the
     cooldown (no trigger meanwhile) and then gets one: one NodeClaim in all."""
-    timings = dataclasses.replace(FAST, batch_idle_seconds=1.0, batch_max_seconds=3.0)
+    timings = dataclasses.replace(FAST, batch_idle_seconds=2.0, batch_max_seconds=4.0)
     async with make_env(tmp_path, timings) as env:
         async with running(env, cooldown_seconds=2.0) as (_, claims, triggers):
             await apply(env.api, kai_pod("first", {"gpu-fraction": "0.5"}, node_selector=L4))
