@@ -95,9 +95,17 @@ async def test_insufficient_capacity_then_a_retry_lands_in_another_zone(tmp_path
         karpenter = env.cluster.karpenter
         assert karpenter is not None
         karpenter.no_capacity.update((t, z) for t in L4_TYPES for z in ZONES)
-        async with running(env, **RETRIES) as (_, claims, triggers):
+        # A 2 s backoff: the test sees the first failure (the retry annotation) and gives a
+        # zone its capacity back before the retry.
+        retries = {"retry_base_seconds": 2.0, "retry_max_seconds": 2.0, "retry_attempts": 3}
+        async with running(env, **retries) as (_, claims, triggers):
             await apply(env.api, kai_pod("ice", {"gpu-fraction": "0.5"}, node_selector=L4))
-            await eventually(told(env, "ice", "Waiting"), 15)
+
+            async def failed_once() -> bool:
+                retry = await retry_of(env, "ice")
+                return retry is not None and retry.attempts >= 1
+
+            await eventually(failed_once, 15)
             karpenter.no_capacity.clear()
             karpenter.no_capacity.update((t, z) for t in L4_TYPES for z in ZONES[:-1])
 
@@ -166,7 +174,7 @@ async def test_a_nodeclaim_that_never_initializes_is_deleted_retried_then_failed
         karpenter.lifecycle.unregistered_resources.add("nvidia.com/gpu")
         async with running(env, init_timeout_seconds=1.5, **RETRIES) as (_, claims, triggers):
             await apply(env.api, kai_pod("noinit", {"gpu-fraction": "0.5"}, node_selector=L4))
-            await eventually(told(env, "noinit", "Triggered"), 10)
+            await eventually(unschedulable(env, "noinit"), 10)
             await stop_kai_scheduler(env)
             status = await eventually(told(env, "noinit", "Failed"), 20)
             assert "was not Ready 1.5s after its creation" in status.message
@@ -180,6 +188,15 @@ async def test_a_nodeclaim_that_never_initializes_is_deleted_retried_then_failed
         assert len(claims.created) == 2
         assert triggers.adds == 2
         assert await node_of(env, "ml", "noinit") is None
+
+
+def unschedulable(env: Env, name: str) -> Callable[[], Any]:
+    async def check() -> bool:
+        pod = await env.core.read_namespaced_pod(name, "ml")
+        return any(c.reason == "Unschedulable" for c in pod.status.conditions or [])
+
+    check.__name__ = f"{name} Unschedulable"
+    return check
 
 
 async def stop_kai_scheduler(env: Env) -> None:
@@ -229,7 +246,7 @@ async def test_a_new_node_survives_emptiness_consolidation_until_a_slow_schedule
         cluster.karpenter.emptiness.enabled = True
         async with running(env, protect_seconds=30.0, cover_seconds=30.0) as (_, claims, _t):
             await apply(env.api, kai_pod("slow", {"gpu-fraction": "0.5"}, node_selector=L4))
-            await eventually(told(env, "slow", "Triggered"), 10)
+            await eventually(unschedulable(env, "slow"), 10)
             await stop_kai_scheduler(env)  # the pod's scheduler goes down
             await eventually(told(env, "slow", "NodeReady"), 15)
             await asyncio.sleep(3.0)  # many consolidation windows
