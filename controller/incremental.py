@@ -36,13 +36,17 @@ from decimal import Decimal
 from itertools import chain
 
 from controller.capacity import fresh_claims
+from controller.failures import init_overdue
 from controller.model import (
+    GroupKey,
     InvalidPod,
     NodeClaimInfo,
     NodeInfo,
     NodePoolInfo,
     Nomination,
     PendingPod,
+    Refusal,
+    RetryState,
     ScheduledPod,
     TriggerInfo,
     parse_trigger,
@@ -62,6 +66,7 @@ from controller.state import (
     NODES,
     NOMINATIONS,
     PENDING_PODS,
+    REFUSALS,
     TRIGGERS,
     ClusterState,
     Key,
@@ -141,10 +146,16 @@ class IncrementalPlanner:
         self._nodes: dict[str, NodeInfo] = {}
         self._used: dict[str, Decimal] = {}
         self._coupled = False
+        self._retries: dict[Key, RetryState] = {}
+        self._removals: dict[GroupKey, datetime] = {}
+        self._refusals: dict[Key, Refusal] = {}
+        self._tokens: int | None = None
 
-    def run(self, now: datetime) -> Pass:
+    def run(self, now: datetime, create_tokens: int | None = None) -> Pass:
         """One pass at ``now`` (timezone-aware): refresh from the journal, plan what
-        changed, merge. Pure apart from the cache it reads and its own memo."""
+        changed, merge. ``create_tokens``: trigger creations the rate limit allows (None:
+        no limit). Pure apart from the cache it reads and its own memo."""
+        self._tokens = create_tokens
         self._state.expire_expectations()
         reparse, relink = self._refresh_shared(now)
         self._refresh_pods(reparse)
@@ -154,6 +165,13 @@ class IncrementalPlanner:
         results: list[Plan] = []
         replanned = 0
         budget = max(self._config.max_triggers - self._live, 0)
+        if create_tokens is not None:
+            budget = min(budget, max(create_tokens, 0))
+        per_pool = self._config.max_triggers_per_pool > 0
+        pool_live: Counter[str] = Counter()
+        if per_pool:
+            for part in self._parts.values():
+                pool_live.update(t.pool for t in part.triggers.values() if not t.deleting)
         for name in sorted(self._parts):
             part = self._parts[name]
             if not part.pods and not part.triggers:
@@ -163,10 +181,20 @@ class IncrementalPlanner:
             memo = part.memo
             if memo is None or memo.key != key or memo.plan or memo.time_sensitive:
                 live = sum(not t.deleting for t in part.triggers.values())
+                elsewhere = pool_live.copy()
+                if per_pool:
+                    elsewhere.subtract(t.pool for t in part.triggers.values() if not t.deleting)
                 snapshot = self._snapshot(
-                    part.pods.values(), part.triggers.values(), now, (), self._live - live
+                    part.pods.values(),
+                    part.triggers.values(),
+                    now,
+                    (),
+                    self._live - live,
+                    dict(elsewhere),
                 )
-                sensitive = any(time_sensitive(p, self._covers) for p in part.pods.values())
+                sensitive = any(
+                    time_sensitive(p, self._covers, self._retries) for p in part.pods.values()
+                )
                 memo = part.memo = _Memo(key, plan(snapshot, self._config), sensitive)
                 replanned += 1
             results.append(memo.plan)
@@ -182,6 +210,13 @@ class IncrementalPlanner:
         # node of a model), and they change with ``now`` alone: plan those passes whole.
         capacity = bool(self._covers) or any(m.time_sensitive for m in self._memos())
         capacity = capacity or fresh_claims(self._claims, now, self._config.cover_seconds)
+        # Failures and caps that reach across partitions or change with ``now`` alone:
+        # a group's cooldown, a NodeClaim past the initialization timeout, and the
+        # per-pool trigger cap when anything is created (partitions of one pool share it).
+        capacity = capacity or bool(self._removals) or (per_pool and sum(creates) > 0)
+        capacity = capacity or init_overdue(
+            self._claims.values(), now, self._config.init_timeout_seconds
+        )
         if self._coupled or split or competed or capacity:
             whole = self.snapshot(now, scheduled)
             return Pass(plan(whole, self._config), dict(self._phases), replanned, True)
@@ -210,6 +245,7 @@ class IncrementalPlanner:
         now: datetime,
         scheduled: Sequence[ScheduledPod],
         live_elsewhere: int = 0,
+        live_elsewhere_by_pool: Mapping[str, int] | None = None,
     ) -> Snapshot:
         return Snapshot(
             list(pods),
@@ -223,6 +259,11 @@ class IncrementalPlanner:
             self._used,
             self._nodes,
             live_elsewhere,
+            live_elsewhere_by_pool or {},
+            self._retries,
+            self._refusals,
+            self._removals,
+            self._tokens,
         )
 
     def _refresh_shared(self, now: datetime) -> tuple[bool, bool]:
@@ -236,6 +277,7 @@ class IncrementalPlanner:
             state.covers_version(),
             state.version(NAMESPACES),
             state.version(NODES),
+            state.version(REFUSALS),
         )
         before = self._seen or (-1,) * len(seen)
         self._seen = seen
@@ -262,6 +304,15 @@ class IncrementalPlanner:
             covers = state.covers()
             if covers != self._covers:
                 self._covers = covers
+                shared = True
+            retries, removals = state.retries(), state.removals()
+            if retries != self._retries or removals != self._removals:
+                self._retries, self._removals = retries, removals
+                shared = True
+        if seen[6] != before[6]:
+            refusals = state.refusals(now)
+            if refusals != self._refusals:
+                self._refusals = refusals
                 shared = True
         if seen[4] != before[4]:
             opted_in = state.opted_in()
@@ -406,4 +457,5 @@ def _merge(plans: Sequence[Plan]) -> Plan:
         marks=tuple(chain.from_iterable(p.marks for p in plans)),
         # Every partition's plan labels the same nodes (`controller.capacity.excluded_nodes` reads them all).
         labels=tuple(dict.fromkeys(chain.from_iterable(p.labels for p in plans))),
+        claim_deletes=tuple(chain.from_iterable(p.claim_deletes for p in plans)),
     )

@@ -162,3 +162,15 @@ def unsimulatable(pod: Mapping[str, Any], nodepool_keys: Collection[str]) -> lis
         if not is_well_known_label(key) and key not in nodepool_keys
     ]
     return reasons
+
+
+#: What Karpenter's ``FailedScheduling`` message says when a NodePool's ``spec.limits``
+#: leave no instance type: ``all available instance types exceed limits for nodepool``
+#: (v1.0-v1.3) or ``... exceed limits for nodepool: "<name>"`` (later), from
+#: pkg/controllers/provisioning/scheduling/nodeclaim.go (REFERENCE.md section 1).
+LIMITS_MESSAGE = "exceed limits for nodepool"
+
+
+def at_limits(message: str) -> bool:
+    """Whether a Karpenter ``FailedScheduling`` message says a NodePool is at its limits."""
+    return LIMITS_MESSAGE in message

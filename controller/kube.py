@@ -331,6 +331,50 @@ class Kube:
             {"metadata": {"labels": dict(labels)}},
         )
 
+    async def annotate_node(self, name: str, annotations: Mapping[str, str | None]) -> Obj:
+        """Set (or, for None values, remove) annotations on a Node with a strategic
+        merge patch."""
+        return await self._call(
+            f"annotating node {name}",
+            self.core.patch_node,
+            name,
+            {"metadata": {"annotations": dict(annotations)}},
+        )
+
+    async def annotate_nodeclaim(self, name: str, annotations: Mapping[str, str | None]) -> Obj:
+        """Set (or, for None values, remove) annotations on a NodeClaim with a JSON merge
+        patch (RFC 7386; custom resources take no strategic merge patch)."""
+        return await self._call(
+            f"annotating nodeclaim {name}",
+            self.custom.patch_cluster_custom_object,
+            NODECLAIMS.group,
+            NODECLAIMS.version,
+            NODECLAIMS.plural,
+            name,
+            {"metadata": {"annotations": dict(annotations)}},
+            _content_type="application/merge-patch+json",
+        )
+
+    async def delete_nodeclaim(self, name: str, uid: str | None = None) -> bool:
+        """Delete a NodeClaim (Karpenter then terminates its instance), guarded by ``uid``
+        when given. False when it is already gone or replaced."""
+        body = {"preconditions": {"uid": uid}} if uid else None
+        try:
+            await self._call(
+                f"deleting nodeclaim {name}",
+                self.custom.delete_cluster_custom_object,
+                NODECLAIMS.group,
+                NODECLAIMS.version,
+                NODECLAIMS.plural,
+                name,
+                **({"body": body} if body else {}),
+            )
+        except KubeError as e:
+            if e.not_found or e.conflict:
+                return False
+            raise
+        return True
+
     async def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
         await self._call(
             f"recording event in {namespace}",

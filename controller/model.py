@@ -95,6 +95,19 @@ TRIGGERED = "Triggered"
 PROVISIONING = "Provisioning"
 NODE_READY = "NodeReady"
 SCHEDULED = "Scheduled"
+WAITING = "Waiting"
+FAILED = "Failed"
+
+#: Pod annotation with the scale-up retry state (`RetryState`), kept apart from the
+#: status annotation so that a later status does not erase the count.
+ANNOTATION_RETRY = f"{DOMAIN}/retry"
+#: NodeClaim annotation the controller sets beside ``karpenter.sh/do-not-disrupt`` so it
+#: removes only the protection it set (see `controller.failures.protections`).
+ANNOTATION_PROTECTED = f"{DOMAIN}/protected"
+#: Karpenter's annotation that blocks voluntary disruption of a Node or NodeClaim
+#: (``"true"``; kubernetes-sigs/karpenter pkg/apis/v1/labels.go ``DoNotDisruptAnnotationKey``,
+#: read by pkg/controllers/disruption/types.go ``NewCandidate``; REFERENCE.md section 1).
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +116,9 @@ class ScaleUpStatus:
     annotation as compact JSON so that it survives controller restarts.
 
     ``phase``: ``Native`` (Karpenter provisions for it itself), ``Unresolvable`` (no
-    NodePool fits), ``Triggered`` (a trigger pod stands for it), ``Provisioning`` (the
+    NodePool fits), ``Waiting`` (demand held back: a safety cap, a retry backoff or the
+    cooldown after a trigger was removed; the message says which), ``Failed`` (retries
+    used up; the message says why and what to do), ``Triggered`` (a trigger pod stands for it), ``Provisioning`` (the
     trigger's NodeClaim is launching), ``NodeReady`` (the NodeClaim is Ready and the
     trigger was removed: the pod's scheduler can place it), ``Scheduled`` (the pod got
     a node; the scale-up is complete), ``InvalidIntent``.
@@ -163,6 +178,41 @@ class ScaleUpStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class RetryState:
+    """The scale-up failures a pod has seen, in its ``gpu-intent.io/retry`` annotation
+    (compact JSON) so that a restarted controller keeps counting: ``attempts`` failed so
+    far, ``retry_at`` (RFC 3339) before which no new trigger is made for it, and the
+    last ``reason``."""
+
+    attempts: int
+    retry_at: str
+    reason: str = ""
+
+    def to_annotation(self) -> str:
+        return json.dumps(
+            {"attempts": self.attempts, "retryAt": self.retry_at, "reason": self.reason},
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_annotation(cls, raw: str | None) -> RetryState | None:
+        """Parse the annotation; None when absent or malformed."""
+        if not raw:
+            return None
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(data, dict):
+            return None
+        attempts, retry_at = data.get("attempts"), data.get("retryAt")
+        if not isinstance(attempts, int) or attempts < 0 or not isinstance(retry_at, str):
+            return None
+        reason = data.get("reason")
+        return cls(attempts, retry_at, reason if isinstance(reason, str) else "")
+
+
+@dataclass(frozen=True, slots=True)
 class PendingPod:
     """A pod with a GPU intent that failed to schedule.
 
@@ -187,6 +237,8 @@ class PendingPod:
     #: trigger buys must satisfy for the pod to run there.
     node_selector: tuple[tuple[str, str], ...] = ()
     affinity_terms: tuple[tuple[Requirement, ...], ...] = ()
+    #: Its scale-up failures so far (`RetryState`), None when none.
+    retry: RetryState | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +358,8 @@ class NodeClaimInfo:
     gpu_capacity: Decimal = Decimal(0)
     #: When the ``Ready`` condition turned True (its ``lastTransitionTime``), if it is.
     ready_since: datetime | None = None
+    #: The controller protects it from disruption (`ANNOTATION_PROTECTED` is set).
+    protected: bool = False
 
     @property
     def gpus(self) -> Decimal:
@@ -336,6 +390,8 @@ class NodeInfo:
     pool: str | None
     ready: bool
     label: str | None
+    #: The controller protects it from disruption (`ANNOTATION_PROTECTED` is set).
+    protected: bool = False
 
 
 def node_label_value(name: str) -> str:
@@ -348,15 +404,19 @@ def node_label_value(name: str) -> str:
 
 def slim_node(obj: Mapping[str, Any]) -> dict[str, Any]:
     """What the node cache keeps: name, resourceVersion, the pool and `NODE_LABEL`
-    labels, and the Ready condition. Pure."""
+    labels, the `ANNOTATION_PROTECTED` annotation, and the Ready condition. Pure."""
     meta = _meta(obj)
     labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    slim_meta = {
+        "name": meta.get("name", ""),
+        "resourceVersion": meta.get("resourceVersion", ""),
+        "labels": {k: labels[k] for k in (NODEPOOL_LABEL, NODE_LABEL) if k in labels},
+    }
+    if ANNOTATION_PROTECTED in annotations:
+        slim_meta["annotations"] = {ANNOTATION_PROTECTED: annotations[ANNOTATION_PROTECTED]}
     return {
-        "metadata": {
-            "name": meta.get("name", ""),
-            "resourceVersion": meta.get("resourceVersion", ""),
-            "labels": {k: labels[k] for k in (NODEPOOL_LABEL, NODE_LABEL) if k in labels},
-        },
+        "metadata": slim_meta,
         "status": {
             "conditions": [
                 c
@@ -378,6 +438,7 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
             for c in (obj.get("status") or {}).get("conditions") or []
         ),
         label=labels.get(NODE_LABEL),
+        protected=bool((meta.get("annotations") or {}).get(ANNOTATION_PROTECTED)),
     )
 
 
@@ -617,6 +678,7 @@ def parse_pending_pod(
             sorted((str(k), str(v)) for k, v in (spec.get("nodeSelector") or {}).items())
         ),
         affinity_terms=required_affinity_terms(spec),
+        retry=RetryState.from_annotation(annotations.get(ANNOTATION_RETRY)),
     )
 
 
@@ -736,6 +798,7 @@ def parse_nodeclaim(obj: Mapping[str, Any]) -> NodeClaimInfo:
         ),
         gpu_capacity=capacity,
         ready_since=ready_since,
+        protected=bool((meta.get("annotations") or {}).get(ANNOTATION_PROTECTED)),
     )
 
 
@@ -819,4 +882,34 @@ def parse_nomination(obj: Mapping[str, Any]) -> Nomination | None:
         str(involved.get("uid", "")),
         match.group(1),
         seen,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Karpenter's ``FailedScheduling`` event on a trigger saying its NodePool is at its
+    ``spec.limits`` (`controller.karpenter.at_limits`): nothing is launched for it.
+    ``pod``: the trigger's ``(namespace, name)``; ``uid`` guards against a later pod of
+    the same name; ``message``: Karpenter's words; ``seen``: the event's last time."""
+
+    pod: tuple[str, str]
+    uid: str
+    message: str
+    seen: datetime | None
+
+
+def parse_refusal(obj: Mapping[str, Any]) -> Refusal | None:
+    """A ``FailedScheduling`` Event about a pod that says its NodePool is at its limits,
+    else None."""
+    if obj.get("reason") != "FailedScheduling":
+        return None
+    involved = obj.get("involvedObject") or {}
+    message = str(obj.get("message") or "")
+    if involved.get("kind") != "Pod" or not karpenter.at_limits(message):
+        return None
+    return Refusal(
+        (str(involved.get("namespace", "")), str(involved.get("name", ""))),
+        str(involved.get("uid", "")),
+        message,
+        parse_time(obj.get("lastTimestamp")) or parse_time(obj.get("eventTime")),
     )

@@ -25,7 +25,11 @@ Given the pending GPU pods, the live trigger pods, NodeClaims, NodePools and Kar
    NodeClaim stays Ready, so the gap between trigger deletion and the real pod binding
    does not buy a second node;
 6. pods that got a node while being scaled up for are told ``Scheduled``, naming the
-   NodeClaim whose node they run on, so no stale status outlives the scale-up.
+   NodeClaim whose node they run on, so no stale status outlives the scale-up;
+7. failed triggers (`controller.failures.trigger_failure`) are removed and their pods
+   wait a backoff, or are told ``Failed`` after the last attempt; a group whose trigger
+   was removed unneeded cools down; and demand above a cap (GPUs per trigger, triggers
+   in all and per NodePool, the creation rate) waits, told ``Waiting`` and why.
 
 The executor (`controller.reconciler`) applies the plan through the API adapter: money
 first (creates, deletes), statuses after.
@@ -39,12 +43,20 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from controller import karpenter
 from controller.capacity import excluded_nodes, held_covers, place_on_free
+from controller.failures import (
+    effective_retry,
+    next_retry,
+    retry_due,
+    trigger_failure,
+)
 from controller.model import (
+    ANNOTATION_RETRY,
+    FAILED,
     INVALID,
     NATIVE,
     NODE_READY,
@@ -52,6 +64,7 @@ from controller.model import (
     SCHEDULED,
     TRIGGERED,
     UNRESOLVABLE,
+    WAITING,
     GroupKey,
     InvalidPod,
     NodeClaimInfo,
@@ -60,7 +73,9 @@ from controller.model import (
     Nomination,
     PendingPod,
     PodRef,
+    Refusal,
     Requirement,
+    RetryState,
     ScaleUpStatus,
     ScheduledPod,
     TriggerInfo,
@@ -81,12 +96,31 @@ class PlanConfig:
             before their demand counts again (KAI's node-scale-adjuster waits 60 s).
         max_triggers: most live trigger pods at once; a bound on what a bug or a flood
             of pods can buy.
+        max_triggers_per_pool: most live trigger pods of one NodePool (0: only
+            ``max_triggers``).
+        max_gpus_per_trigger: most GPUs one trigger asks for; a pod needing more waits
+            (a p5.48xlarge has 8).
+        retry_base_seconds, retry_max_seconds: the backoff after a failed scale-up
+            (`controller.failures.backoff_seconds`).
+        retry_attempts: failed scale-ups after which a pod is told ``Failed``.
+        init_timeout_seconds: a NodeClaim bought for a trigger and not Ready this long
+            after its creation has failed (beyond Karpenter's 15 min registration
+            timeout; Karpenter has none for initialization).
+        cooldown_seconds: after a trigger no pod needed is removed, its group gets no new
+            trigger for this long (stops flapping when pods come and go).
     """
 
     trigger: TriggerSettings = field(default_factory=TriggerSettings)
     default_nodepool: str | None = None
     cover_seconds: float = 60.0
     max_triggers: int = 100
+    max_triggers_per_pool: int = 0
+    max_gpus_per_trigger: int = 8
+    retry_base_seconds: float = 30.0
+    retry_max_seconds: float = 600.0
+    retry_attempts: int = 3
+    init_timeout_seconds: float = 1200.0
+    cooldown_seconds: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +147,17 @@ class Snapshot:
     #: Live triggers outside this snapshot that count against ``max_triggers`` (when
     #: `controller.incremental` plans one partition of the cluster; 0 for all of it).
     live_elsewhere: int = 0
+    #: The same per NodePool, against ``max_triggers_per_pool``.
+    live_elsewhere_by_pool: Mapping[str, int] = field(default_factory=dict)
+    #: Retry states the executor holds for pods whose annotation may not show them yet
+    #: (pod ``(namespace, name)`` -> state).
+    retries: Mapping[tuple[str, str], RetryState] = field(default_factory=dict)
+    #: Karpenter's latest limits ``FailedScheduling`` per trigger ``(namespace, name)``.
+    refusals: Mapping[tuple[str, str], Refusal] = field(default_factory=dict)
+    #: When a trigger of each group was last removed as unneeded (the cooldown).
+    removals: Mapping[GroupKey, datetime] = field(default_factory=dict)
+    #: Trigger creations the rate limit allows this pass (None: no limit).
+    create_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +178,8 @@ class SetStatus:
     event: Event | None
     #: For a ``Scheduled`` status: seconds from pod creation to binding (a metric).
     seconds_to_node: float | None = None
+    #: A new retry state to write with it (annotation `ANNOTATION_RETRY`).
+    retry: RetryState | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +199,19 @@ class DeleteTrigger:
     reason: str
     cover: tuple[PodRef, ...] = ()
     node_claim: str | None = None
+    #: The trigger failed: its pods' new retry states, held by the executor until
+    #: written (see `controller.failures`).
+    retries: tuple[tuple[PodRef, RetryState], ...] = ()
+    #: No pod needs it any more: the group it served starts its cooldown.
+    orphan: GroupKey | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteNodeClaim:
+    """Delete a NodeClaim bought for a trigger that never initialized."""
+
+    name: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,10 +256,18 @@ class Plan:
     marks: tuple[MarkTrigger, ...] = ()
     #: Node labels to set before the creates (see `controller.capacity.excluded_nodes`).
     labels: tuple[LabelNode, ...] = ()
+    #: NodeClaims to delete (bought for failed triggers, never initialized).
+    claim_deletes: tuple[DeleteNodeClaim, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(
-            self.links or self.statuses or self.deletes or self.creates or self.marks or self.labels
+            self.links
+            or self.statuses
+            or self.deletes
+            or self.creates
+            or self.marks
+            or self.labels
+            or self.claim_deletes
         )
 
 
@@ -508,6 +576,23 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
                 Event("Warning", "NoNodePool", why),
             )
             continue
+        retry = effective_retry(pod.retry, snapshot.retries.get((pod.ref.namespace, pod.ref.name)))
+        if retry is not None and retry.attempts >= config.retry_attempts:
+            message = failed_message(pod.ref, retry)
+            tell(
+                pod,
+                ScaleUpStatus(FAILED, message, since=stamp),
+                Event("Warning", "ScaleUpFailed", message),
+            )
+            continue
+        if retry is not None and not retry_due(retry, now):
+            message = retry_message(retry, config.retry_attempts)
+            tell(
+                pod,
+                ScaleUpStatus(WAITING, message, since=stamp),
+                Event("Warning", "ScaleUpRetry", message),
+            )
+            continue
         memory = pod.intent.gpu_memory_mib if pod.intent.model is None else None
         groups[GroupKey(pool.name, pod.intent.model, pod.selector, memory or 0)].append(pod)
 
@@ -560,10 +645,37 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
     for trigger in live:
         by_group[trigger.group].append(trigger)
 
+    failures = {}
+    for trigger in live:
+        failure = trigger_failure(
+            trigger,
+            claims.get(links.get(trigger.ref) or ""),
+            claims,
+            snapshot.refusals.get((trigger.ref.namespace, trigger.ref.name)),
+            now,
+            config.init_timeout_seconds,
+            snapshot.used,
+        )
+        if failure is not None:
+            failures[trigger.ref] = failure
     deletes: list[DeleteTrigger] = []
     creates: list[CreateTrigger] = []
+    claim_deletes: dict[str, DeleteNodeClaim] = {}
     demand: dict[GroupKey, Decimal] = {}
     budget = config.max_triggers - len(live) - snapshot.live_elsewhere
+    pool_live: dict[str, int] = defaultdict(int, snapshot.live_elsewhere_by_pool)
+    for trigger in live:
+        pool_live[trigger.pool] += 1
+    tokens = snapshot.create_tokens
+
+    def wait(pods: Sequence[PendingPod], message: str) -> None:
+        for pod in pods:
+            tell(
+                pod,
+                ScaleUpStatus(WAITING, message, since=stamp),
+                Event("Normal", "ScaleUpWaiting", message),
+            )
+
     to_label, excluded = excluded_nodes(snapshot.nodes, snapshot.nodepools)
     node_labels = tuple(LabelNode(node, value) for node, value in to_label)
     for key in sorted(set(groups) | set(by_group), key=GroupKey.sort_key):
@@ -581,12 +693,39 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
             if holder is not None:
                 served[holder.ref].append(bin_)
                 continue
+            removed = snapshot.removals.get(key)
+            if removed is not None and now - removed < timedelta(seconds=config.cooldown_seconds):
+                wait(
+                    bin_.pods,
+                    f"a trigger of this group was removed as unneeded at {removed:%H:%M:%S}; "
+                    f"waiting out the {config.cooldown_seconds:g}s cooldown before buying again",
+                )
+                continue
+            if bin_.size > config.max_gpus_per_trigger:
+                wait(
+                    bin_.pods,
+                    f"needs {bin_.size} GPUs in one trigger, more than the cap of "
+                    f"{config.max_gpus_per_trigger} (--max-gpus-per-trigger); waiting",
+                )
+                continue
             if budget <= 0:
-                message = f"trigger limit ({config.max_triggers}) reached; waiting"
-                for pod in bin_.pods:
-                    tell(pod, ScaleUpStatus(TRIGGERED, message, since=stamp), None)
+                wait(bin_.pods, f"trigger limit ({config.max_triggers}) reached; waiting")
+                continue
+            cap = config.max_triggers_per_pool
+            if cap and pool_live[key.pool] >= cap:
+                wait(
+                    bin_.pods,
+                    f"trigger limit of NodePool {key.pool} ({cap}, --max-triggers-per-pool) "
+                    "reached; waiting",
+                )
+                continue
+            if tokens is not None and tokens <= 0:
+                wait(bin_.pods, "trigger creation rate limit reached; waiting")
                 continue
             budget -= 1
+            pool_live[key.pool] += 1
+            if tokens is not None:
+                tokens -= 1
             pool = snapshot.nodepools[key.pool]
             refs = tuple(p.ref for p in bin_.pods)
             body = trigger_pod(
@@ -595,7 +734,9 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
                 pool,
                 refs,
                 config.trigger,
-                name=trigger_name(key, refs, stamp),
+                # A retry is a new trigger: its name (and marker) differs from the
+                # failed one's even within the same second.
+                name=trigger_name(key, refs, stamp + _retry_suffix(bin_.pods)),
                 exclude_nodes=excluded.get(key.pool, ()),
                 cpu_millis=bin_.cpu_millis,
                 memory_bytes=bin_.memory_bytes,
@@ -605,6 +746,36 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
             claim = claim_of[trigger.ref]
             bins = served.get(trigger.ref, [])
             pods_served = [p for b in bins for p in b.pods]
+            failure = failures.get(trigger.ref)
+            if failure is not None:
+                retries = []
+                for pod in pods_served:
+                    held_retry = snapshot.retries.get((pod.ref.namespace, pod.ref.name))
+                    retry = next_retry(
+                        effective_retry(pod.retry, held_retry),
+                        failure.reason,
+                        now,
+                        config.retry_base_seconds,
+                        config.retry_max_seconds,
+                    )
+                    retries.append((pod.ref, retry))
+                    if retry.attempts >= config.retry_attempts:
+                        message = failed_message(pod.ref, retry)
+                        status = ScaleUpStatus(FAILED, message, since=stamp)
+                        event = Event("Warning", "ScaleUpFailed", message)
+                    else:
+                        message = retry_message(retry, config.retry_attempts)
+                        status = ScaleUpStatus(WAITING, message, since=stamp)
+                        event = Event("Warning", "ScaleUpRetry", message)
+                    statuses.append(SetStatus(pod.ref, status, event, retry=retry))
+                deletes.append(
+                    DeleteTrigger(trigger.ref, f"failed: {failure.reason}", retries=tuple(retries))
+                )
+                if failure.delete_claim:
+                    claim_deletes[failure.delete_claim] = DeleteNodeClaim(
+                        failure.delete_claim, failure.reason
+                    )
+                continue
             if not bins:
                 if claim is not None and not claim.ready:
                     continue  # capacity on its way: kept as supply, deleted once Ready
@@ -613,7 +784,11 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
                     if claim is not None
                     else "no pending pod needs it any more"
                 )
-                deletes.append(DeleteTrigger(trigger.ref, reason))
+                # Nothing was bought for it yet: the group cools down (pods that come and
+                # go would otherwise make a trigger, and maybe a NodeClaim, each time). A
+                # Ready NodeClaim's free GPUs take new pods of the group instead.
+                orphan = key if claim is None else None
+                deletes.append(DeleteTrigger(trigger.ref, reason, orphan=orphan))
                 continue
             _tell_progress(trigger, claim, bins, pods_served, key.pool, stamp, tell, deletes)
     going = {d.ref for d in deletes}  # no patch on a pod this pass deletes
@@ -627,6 +802,30 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
         demand,
         marks,
         node_labels,
+        tuple(claim_deletes[name] for name in sorted(claim_deletes)),
+    )
+
+
+def _retry_suffix(pods: Sequence[PendingPod]) -> str:
+    """``/retry<n>`` for a trigger of pods that failed before (n: most attempts)."""
+    attempts = max((p.retry.attempts for p in pods if p.retry is not None), default=0)
+    return f"/retry{attempts}" if attempts else ""
+
+
+def failed_message(ref: PodRef, retry: RetryState) -> str:
+    """The ``Failed`` status message: why, and what to do."""
+    return (
+        f"gave up after {retry.attempts} failed scale-ups; last: {retry.reason}. Check the "
+        "NodePool (limits, instance types, capacity in its zones) and Karpenter's events, "
+        f"then try again: kubectl annotate pod -n {ref.namespace} {ref.name} {ANNOTATION_RETRY}-"
+    )
+
+
+def retry_message(retry: RetryState, attempts: int) -> str:
+    """The ``Waiting`` status message of a pod in retry backoff."""
+    return (
+        f"scale-up failed ({retry.attempts} of {attempts} attempts): {retry.reason}; "
+        f"a new trigger after {retry.retry_at}"
     )
 
 
@@ -745,15 +944,20 @@ def partition(
 
 
 def time_sensitive(
-    pod: PendingPod | InvalidPod, covers: Mapping[tuple[str, str], tuple[str, datetime]]
+    pod: PendingPod | InvalidPod,
+    covers: Mapping[tuple[str, str], tuple[str, datetime]],
+    retries: Mapping[tuple[str, str], RetryState] | None = None,
 ) -> bool:
     """Whether `plan`'s decisions about ``pod`` may change with ``snapshot.now`` alone,
-    other than the time stamped on statuses it writes. Today: a pod that may be under a
+    other than the time stamped on statuses it writes: a pod that may be under a
     NodeReady cover (`controller.capacity.held_covers`), by its status or the
-    executor's ``covers``."""
+    executor's ``covers``, or one with a retry state (its backoff ends with time; the
+    executor's ``retries`` or its annotation)."""
     if isinstance(pod, InvalidPod):
         return False
     if (pod.ref.namespace, pod.ref.name) in covers:
+        return True
+    if pod.retry is not None or (pod.ref.namespace, pod.ref.name) in (retries or {}):
         return True
     status = pod.status
     return status is not None and status.phase == NODE_READY and bool(status.node_claim)

@@ -25,12 +25,16 @@ from aiolimiter import AsyncLimiter
 
 from controller import kube as kube_api
 from controller import metrics
+from controller.failures import NODECLAIM, Protection, TokenBucket, protections
 from controller.incremental import IncrementalPlanner
 from controller.informer import Informer, InformerSpec
 from controller.kube import Kube, KubeError
 from controller.leader import LeaderElector, LeadershipLost
 from controller.model import (
     ANNOTATION_NODECLAIM,
+    ANNOTATION_PROTECTED,
+    ANNOTATION_RETRY,
+    DO_NOT_DISRUPT,
     NODE_LABEL,
     NODEPOOL_LABEL,
     NON_BINDING_SCHEDULER,
@@ -52,6 +56,7 @@ from controller.state import (
     NODES,
     NOMINATIONS,
     PENDING_PODS,
+    REFUSALS,
     TRACKED_PHASES,
     TRIGGERS,
     ClusterState,
@@ -71,6 +76,9 @@ from gpu_intent.logs import about
 log = logging.getLogger(__name__)
 
 COMPONENT = "gpu-intent-controller"
+#: Seconds the executor holds a pod's new retry state after its trigger failed (the
+#: status writer, rate limited, writes the annotation well within that).
+RETRY_HOLD_SECONDS = 120.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +101,13 @@ class ControllerConfig:
     #: burst of 10,000 pods is told over minutes rather than in one storm of API writes.
     #: Trigger creates, deletes, marks and links are not limited: they spend or save money.
     report_writes_per_second: float = 50.0
+    #: Trigger creations per second at most (a token bucket of that many per second,
+    #: `controller.failures.TokenBucket`, burst ``max(1, rate)``); 0: no limit.
+    trigger_creates_per_second: float = 0.0
+    #: How long a NodeClaim bought for our triggers stays protected from disruption
+    #: (``karpenter.sh/do-not-disrupt``) after it is Ready, unless a pod we served is
+    #: bound to its node sooner (`controller.failures.wants_protection`).
+    protect_seconds: float = 120.0
 
     @property
     def namespace(self) -> str:
@@ -154,6 +169,9 @@ class Controller:
         self.now = now
         self.state = ClusterState(monotonic)
         self.planner = IncrementalPlanner(self.state, config.plan)
+        self._monotonic = monotonic
+        rate = config.trigger_creates_per_second
+        self._create_rate = TokenBucket(rate, max(1.0, rate), monotonic()) if rate > 0 else None
         self._poked = asyncio.Event()
         self._instance = os.environ.get("POD_NAME") or socket.gethostname()
         #: Write slots for what spends or saves money (creates, deletes, marks, links,
@@ -185,6 +203,12 @@ class Controller:
                 kube_api.EVENTS,
                 namespace=config.namespace,
                 field_selector="reason=Nominated",
+            ),
+            InformerSpec(
+                REFUSALS,
+                kube_api.EVENTS,
+                namespace=config.namespace,
+                field_selector="reason=FailedScheduling",
             ),
         ]
         self.informers = [
@@ -350,10 +374,20 @@ class Controller:
         new ones linked (Karpenter buys again for a trigger left Unschedulable for a
         batch window). Returns the plan applied."""
         started = time.perf_counter()
-        done = self.planner.run(self.now())
+        bucket = self._create_rate
+        tokens = bucket.available(self._monotonic()) if bucket is not None else None
+        done = self.planner.run(self.now(), tokens)
         decided = done.plan
+        if bucket is not None and decided.creates:
+            bucket.take(len(decided.creates), self._monotonic())
+            if not bucket.available(self._monotonic()):
+                # Demand may be waiting for tokens: plan again once one is back.
+                asyncio.get_running_loop().call_later(
+                    bucket.seconds_to_next(self._monotonic()) + 0.01, self._poked.set
+                )
         if decided:
             await self.apply(decided)
+        await self._protect()
         if self.state.left() and (self._reader is None or self._reader.done()):
             self._reader = asyncio.create_task(self.read_left(), name="read-left")
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
@@ -410,11 +444,20 @@ class Controller:
                     ((r.namespace, r.name) for r in delete.cover), delete.node_claim, now
                 )
         self.state.expire_covers(now - timedelta(seconds=self.config.plan.cover_seconds))
+        for delete in decided.deletes:
+            for ref, retry in delete.retries:
+                self.state.hold_retry((ref.namespace, ref.name), retry, now)
+            if delete.orphan is not None:
+                self.state.removed(delete.orphan, now)
+        # Held until the status writer has surely written them (it is rate limited).
+        self.state.expire_retries(now - timedelta(seconds=RETRY_HOLD_SECONDS))
+        self.state.expire_removals(now - timedelta(seconds=self.config.plan.cooldown_seconds))
         # Labels first: the triggers created next exclude the nodes by them.
         await asyncio.gather(*(self._label(n.node, n.value) for n in decided.labels))
         await asyncio.gather(
             *(self._create(c.body, c.gpus, c.group.pool, c.serves) for c in decided.creates),
             *(self._delete(d.ref, d.reason) for d in decided.deletes),
+            *(self._delete_claim(c.name, c.reason) for c in decided.claim_deletes),
         )
         await asyncio.gather(
             *(self._mark(m.ref, m.node_claim) for m in decided.marks),
@@ -490,12 +533,13 @@ class Controller:
 
     async def _set_status(self, change: SetStatus) -> bool:
         ref = change.ref
+        annotations = {ANNOTATION_SCALE_UP: change.status.to_annotation()}
+        if change.retry is not None:
+            annotations[ANNOTATION_RETRY] = change.retry.to_annotation()
         try:
             obj = await self._write(
                 "status",
-                self.kube.annotate_pod(
-                    ref.namespace, ref.name, {ANNOTATION_SCALE_UP: change.status.to_annotation()}
-                ),
+                self.kube.annotate_pod(ref.namespace, ref.name, annotations),
                 report=True,
             )
         except KubeError as e:
@@ -504,6 +548,8 @@ class Controller:
                 return True  # the pod is gone: nothing left to tell
             log.warning("updating scale-up status of pod %s: %s", ref, e, extra=about(ref))
             return False
+        if change.retry is not None:
+            self.state.release_retry((ref.namespace, ref.name), change.retry)
         if change.status.phase == SCHEDULED:
             self.state.forget_scheduled((ref.namespace, ref.name))
             if change.seconds_to_node is not None:
@@ -539,6 +585,52 @@ class Controller:
             return
         self.state.expect(NODES, obj)
         log.info("node %s labelled %s=%s", node, NODE_LABEL, value, extra=about(node))
+
+    async def _protect(self) -> None:
+        """Set or remove ``karpenter.sh/do-not-disrupt`` on the NodeClaims bought for our
+        triggers and their Nodes (`controller.failures.protections`), from the cache as
+        it is now."""
+        live = frozenset(name for _, name in self.state.keys(TRIGGERS))
+        changes = protections(
+            self.state.nodeclaims(),
+            self.state.nodes(),
+            live,
+            self.state.used(),
+            self.now(),
+            self.config.protect_seconds,
+        )
+        await asyncio.gather(*(self._protect_one(change) for change in changes))
+
+    async def _protect_one(self, change: Protection) -> None:
+        value = "true" if change.protect else None
+        annotations = {DO_NOT_DISRUPT: value, ANNOTATION_PROTECTED: value}
+        on_claim = change.kind == NODECLAIM
+        try:
+            obj = await self._write(
+                "protect",
+                self.kube.annotate_nodeclaim(change.name, annotations)
+                if on_claim
+                else self.kube.annotate_node(change.name, annotations),
+            )
+        except KubeError as e:
+            if not e.not_found:
+                log.warning("protecting %s %s: %s", change.kind, change.name, e)
+            return
+        self.state.expect(NODECLAIMS if on_claim else NODES, obj)
+        log.info(
+            "%s %s %s",
+            change.kind,
+            change.name,
+            f"protected ({DO_NOT_DISRUPT}=true)" if change.protect else "no longer protected",
+        )
+
+    async def _delete_claim(self, name: str, reason: str) -> None:
+        try:
+            await self._write("delete-nodeclaim", self.kube.delete_nodeclaim(name))
+        except KubeError as e:
+            log.warning("deleting nodeclaim %s: %s", name, e)
+            return
+        log.info("deleted nodeclaim %s: %s", name, reason)
 
     async def _delete(self, ref: PodRef, reason: str) -> None:
         try:

@@ -20,12 +20,15 @@ from typing import Any, Protocol, TypeVar, cast
 
 from controller import karpenter
 from controller.model import (
+    GroupKey,
     InvalidPod,
     NodeClaimInfo,
     NodeInfo,
     NodePoolInfo,
     Nomination,
     PendingPod,
+    Refusal,
+    RetryState,
     ScaleUpStatus,
     ScheduledPod,
     parse_node,
@@ -33,6 +36,7 @@ from controller.model import (
     parse_nodepool,
     parse_nomination,
     parse_pending_pod,
+    parse_refusal,
     parse_trigger,
     slim_node,
     slim_pod,
@@ -74,9 +78,11 @@ NAMESPACES = "namespaces"
 NOMINATIONS = "nominations"
 #: Nodes of Karpenter NodePools (label ``karpenter.sh/nodepool``), slimmed.
 NODES = "nodes"
-KINDS = (PENDING_PODS, TRIGGERS, NODECLAIMS, NODEPOOLS, NAMESPACES, NOMINATIONS, NODES)
+#: Karpenter's ``FailedScheduling`` Events in the trigger namespace (limits reached).
+REFUSALS = "refusals"
+KINDS = (PENDING_PODS, TRIGGERS, NODECLAIMS, NODEPOOLS, NAMESPACES, NOMINATIONS, NODES, REFUSALS)
 #: Scale-up phases after which a pod's binding deserves a final ``Scheduled`` status.
-TRACKED_PHASES = frozenset({"Triggered", "Provisioning", "NodeReady"})
+TRACKED_PHASES = frozenset({"Triggered", "Provisioning", "NodeReady", "Waiting", "Failed"})
 #: Most bound pods remembered while their final status is pending (memory bound).
 MAX_SCHEDULED = 10_000
 
@@ -149,6 +155,11 @@ class ClusterState:
         self._relisted: set[str] = set(KINDS)
         self._versions: dict[str, int] = dict.fromkeys(KINDS, 0)
         self._covers_version = 0
+        #: Retry states of pods whose trigger failed, held until their annotation shows
+        #: them: pod -> (state, when set). See `controller.failures`.
+        self._retries: dict[Key, tuple[RetryState, datetime]] = {}
+        #: When a trigger of each group was last removed as unneeded (the cooldown).
+        self._removals: dict[GroupKey, datetime] = {}
 
     @staticmethod
     def _kept(kind: str, obj: Obj) -> Obj:
@@ -317,6 +328,58 @@ class ClusterState:
         """The NodeReady covers (a copy): pod -> (NodeClaim, when)."""
         return dict(self._covers)
 
+    def hold_retry(self, key: Key, retry: RetryState, since: datetime) -> None:
+        """Hold a pod's new retry state (its trigger failed) until `expire_retries`."""
+        self._retries[key] = (retry, since)
+        self._covers_version += 1
+
+    def expire_retries(self, before: datetime) -> None:
+        """Forget retry states held since before ``before`` (their annotation is written
+        by then, or the write failed and the pod's count restarts from its annotation)."""
+        for key in [k for k, (_, since) in self._retries.items() if since < before]:
+            del self._retries[key]
+            self._covers_version += 1
+
+    def release_retry(self, key: Key, retry: RetryState) -> None:
+        """The pod's annotation now shows ``retry``: stop holding it (so a user who
+        removes the annotation to try again is heard at once)."""
+        held = self._retries.get(key)
+        if held is not None and held[0] == retry:
+            del self._retries[key]
+            self._covers_version += 1
+
+    def retries(self) -> dict[Key, RetryState]:
+        """The retry states held (a copy): pod -> state."""
+        return {key: retry for key, (retry, _) in self._retries.items()}
+
+    def removed(self, group: GroupKey, when: datetime) -> None:
+        """A trigger of ``group`` was removed as unneeded at ``when`` (cooldown starts)."""
+        self._removals[group] = when
+        self._covers_version += 1
+
+    def expire_removals(self, before: datetime) -> None:
+        """Forget removals before ``before`` (their cooldown is over)."""
+        for key in [k for k, when in self._removals.items() if when < before]:
+            del self._removals[key]
+            self._covers_version += 1
+
+    def removals(self) -> dict[GroupKey, datetime]:
+        """When a trigger of each group was last removed as unneeded (a copy)."""
+        return dict(self._removals)
+
+    def refusals(self, now: datetime) -> dict[Key, Refusal]:
+        """Karpenter's latest limits ``FailedScheduling`` per trigger ``(namespace, name)``
+        (an event without a timestamp counts as seen ``now``)."""
+        refusals: dict[Key, Refusal] = {}
+        for key, event in self._view(REFUSALS).items():
+            refusal = self._parse(REFUSALS, key, event, parse_refusal)
+            if refusal is None:
+                continue
+            known = refusals.get(refusal.pod)
+            if known is None or (refusal.seen or now) >= (known.seen or now):
+                refusals[refusal.pod] = refusal
+        return refusals
+
     def forget_scheduled(self, key: Key) -> None:
         """The bound pod's final status is written (or it is gone)."""
         self._bound.pop(key, None)
@@ -453,6 +516,9 @@ class ClusterState:
             dict(self._covers),
             self.used(),
             self.nodes(),
+            retries=self.retries(),
+            refusals=self.refusals(now),
+            removals=self.removals(),
         )
 
     def nodes(self) -> dict[str, NodeInfo]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import logging
 import math
@@ -92,6 +93,17 @@ def _positive(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    """A finite number >= 0 (seconds or rates where 0 means none)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
     return value
 
 
@@ -346,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-address", type=_address, default=("0.0.0.0", 8080), metavar="HOST:PORT",
         help="address to serve /metrics, /livez and /readyz on, plain HTTP (default 0.0.0.0:8080)",
     )  # fmt: skip
+    _add_failure_flags(controller)
     controller.add_argument(
         "--pass-idle-seconds",
         type=_positive,
@@ -691,6 +704,86 @@ def _check_tls_files(args: argparse.Namespace) -> None:
             f"--tls-cert-file {args.tls_cert_file} and --tls-key-file {args.tls_key_file}"
             f" do not load as a certificate and its key: {e}"
         ) from None
+def _add_failure_flags(parser: argparse.ArgumentParser) -> None:
+    """The controller's failure handling, protection and safety cap flags (see
+    `controller.failures`); `_failure_settings` reads them."""
+    group = parser.add_argument_group("failures, protection and safety caps")
+    group.add_argument(
+        "--max-gpus-per-trigger",
+        type=_non_negative_int,
+        default=8,
+        help="most GPUs one trigger asks for; pods needing more wait (default 8)",
+    )
+    group.add_argument(
+        "--max-triggers-per-pool",
+        type=_non_negative_int,
+        default=0,
+        help="most live trigger pods per NodePool, 0 for no cap but --max-triggers (default 0)",
+    )
+    group.add_argument(
+        "--trigger-creates-per-second",
+        type=_non_negative,
+        default=50.0,
+        help="trigger creations per second at most (token bucket, burst the same), 0 for no "
+        "limit (default 50)",
+    )
+    group.add_argument(
+        "--retry-base-seconds",
+        type=_positive,
+        default=30.0,
+        help="backoff after a pod's first failed scale-up, doubled per failure (default 30)",
+    )
+    group.add_argument(
+        "--retry-max-seconds",
+        type=_positive,
+        default=600.0,
+        help="longest backoff between scale-up attempts (default 600)",
+    )
+    group.add_argument(
+        "--retry-attempts",
+        type=_positive_int,
+        default=3,
+        help="failed scale-ups after which a pod is told Failed (default 3)",
+    )
+    group.add_argument(
+        "--init-timeout-seconds",
+        type=_positive,
+        default=1200.0,
+        help="a trigger's NodeClaim not Ready this long after creation has failed and is "
+        "deleted (default 1200; Karpenter's registration timeout is 900)",
+    )
+    group.add_argument(
+        "--cooldown-seconds",
+        type=_non_negative,
+        default=10.0,
+        help="after a trigger no pod needed is removed, no new trigger for its group for this "
+        "long (default 10)",
+    )
+    group.add_argument(
+        "--protect-seconds",
+        type=_positive,
+        default=120.0,
+        help="how long a new node stays karpenter.sh/do-not-disrupt after Ready while none of "
+        "its pods has bound (default 120)",
+    )
+
+
+def _failure_settings(args: argparse.Namespace, plan: PlanConfig) -> dict[str, Any]:
+    """`ControllerConfig` keyword arguments for the flags of `_add_failure_flags`."""
+    return {
+        "plan": dataclasses.replace(
+            plan,
+            max_gpus_per_trigger=args.max_gpus_per_trigger,
+            max_triggers_per_pool=args.max_triggers_per_pool,
+            retry_base_seconds=args.retry_base_seconds,
+            retry_max_seconds=args.retry_max_seconds,
+            retry_attempts=args.retry_attempts,
+            init_timeout_seconds=args.init_timeout_seconds,
+            cooldown_seconds=args.cooldown_seconds,
+        ),
+        "trigger_creates_per_second": args.trigger_creates_per_second,
+        "protect_seconds": args.protect_seconds,
+    }
 
 
 async def _run_controller(args: argparse.Namespace) -> None:
@@ -700,7 +793,7 @@ async def _run_controller(args: argparse.Namespace) -> None:
     from controller.server import start
 
     config = ControllerConfig(
-        plan=plan_config(args),
+        **_failure_settings(args, plan_config(args)),
         idle_seconds=args.pass_idle_seconds,
         max_delay_seconds=args.pass_max_delay_seconds,
         resync_seconds=args.resync_seconds,

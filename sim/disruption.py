@@ -15,8 +15,11 @@ Sources (kubernetes-sigs/karpenter v1):
 - ``pkg/controllers/disruption/types.go`` ``NewCandidate`` and ``pkg/utils/pod``: a node
   is no candidate while its NodeClaim is not initialized or is deleting, while it is
   nominated for a pending pod (``state.Cluster.IsNodeNominated``: for
-  ``nominationPeriod`` = 2 x ``BATCH_MAX_DURATION``, 20 s), or when the Node or NodeClaim
-  has ``karpenter.sh/do-not-disrupt: "true"`` or any of its pods has it. Reschedulable
+  ``nominationPeriod`` = 2 x ``BATCH_MAX_DURATION``, 20 s), or when its annotations
+  carry ``karpenter.sh/do-not-disrupt: "true"`` or any of its pods has it. The annotations
+  read are ``StateNode.Annotations()`` (``pkg/controllers/state/statenode.go``): the
+  NodeClaim's until the node is registered, the Node's after; every candidate here is
+  registered and initialized, so only the Node's count. Reschedulable
   pods exclude DaemonSet pods, mirror (static) pods, terminal and terminating pods.
 - disruption: the Node gets the ``karpenter.sh/disrupted:NoSchedule`` taint and its
   NodeClaim is deleted (``disruption/queue.go``), termination does the rest.
@@ -137,7 +140,6 @@ class Emptiness:
                 after is None
                 or bool(uids)
                 or _do_not_disrupt(node)
-                or _do_not_disrupt(claim)
                 or any(_do_not_disrupt(p) for p in pods if not is_terminal(p))
                 or name in self._nominated
                 or node_name in self._nominated

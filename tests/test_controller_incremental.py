@@ -4,6 +4,7 @@ through every kind of change, while re-planning only partitions whose inputs cha
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import random
 from datetime import UTC, datetime, timedelta
@@ -16,7 +17,7 @@ from controller_fixtures import gpu_pod, nodeclaim, nodepool
 from controller import incremental
 from controller import state as state_module
 from controller.incremental import IncrementalPlanner
-from controller.model import NODE_READY, PROVISIONING, GroupKey, ScaleUpStatus
+from controller.model import NODE_READY, PROVISIONING, GroupKey, RetryState, ScaleUpStatus
 from controller.plan import Plan, PlanConfig, plan
 from controller.state import (
     NAMESPACES,
@@ -509,3 +510,38 @@ def test_nodes_and_new_nodeclaims_bought_for_us_are_planned_as_a_whole_plan_woul
     assert {s.status.node_claim for s in free.plan.statuses if s.status.phase == "NodeReady"} == {
         "nc-fresh"
     }
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_with_failures_cooldown_and_caps_every_pass_equals_a_fresh_plan(seed: int) -> None:
+    """The same randomized check with the per-pool cap, the rate limit's tokens, held
+    retries and group cooldowns (`controller.failures`) in play: caps couple partitions
+    of one pool, tokens bound all creates, and retries and cooldowns change with time."""
+    config = PlanConfig(
+        trigger=TriggerSettings(namespace=NS),
+        max_triggers=6,
+        max_triggers_per_pool=2,
+        max_gpus_per_trigger=1,
+        cooldown_seconds=5,
+    )
+    world = World(random.Random(seed), config)
+    planner = IncrementalPlanner(world.state, config)
+    rng = random.Random(seed + 100)
+    history = []
+    for step in range(100):
+        history.append(world.step())
+        if rng.random() < 0.1 and world.pods:  # a failed trigger: a held retry
+            name = rng.choice(sorted(world.pods))
+            at = stamp(world.now + timedelta(seconds=rng.choice([0, 3, 8])))
+            world.state.hold_retry(
+                ("ml", name), RetryState(rng.choice([1, 3]), at, "failed"), world.now
+            )
+        if rng.random() < 0.1:  # an orphan removed: the group cools down
+            model = rng.choice(["t4", "l4", "a100"])
+            world.state.removed(GroupKey(rng.choice(POOL_NAMES[:2]), model), world.now)
+        tokens = rng.choice([None, 0, 1, 3])
+        got = planner.run(world.now, tokens)
+        want = plan(
+            dataclasses.replace(world.state.snapshot(world.now), create_tokens=tokens), config
+        )
+        assert normal(got.plan) == normal(want), (step, history[-5:])

@@ -21,6 +21,7 @@ from controller.model import (
     SCHEDULED,
     TRIGGERED,
     UNRESOLVABLE,
+    WAITING,
     GroupKey,
     NodeInfo,
     Nomination,
@@ -453,7 +454,7 @@ def test_trigger_limit_bounds_what_one_pass_creates() -> None:
     limited = PlanConfig(trigger=CONFIG.trigger, max_triggers=2)
     result = plan(snapshot(pods), limited)
     assert len(result.creates) == 2
-    assert {s.status.phase for s in result.statuses} == {TRIGGERED}
+    assert {s.status.phase for s in result.statuses} == {WAITING}
     assert all("limit" in s.status.message for s in result.statuses)
 
 
@@ -558,9 +559,12 @@ def test_triggers_are_non_binding_by_default_and_marked_unschedulable() -> None:
     assert [(m.node_claim) for m in linked.marks] == ["nc-1"]
     trigger["status"] = condition_patch(T0, "nc-1")["status"]
     assert plan(snapshot(pods, triggers=[trigger], claims=[launching]), CONFIG).marks == ()
-    # ... and asked again if that NodeClaim goes away before it is Ready.
+    # ... and if that NodeClaim goes away before it is Ready, the trigger has failed:
+    # it is removed and its pod waits out a backoff (tests/test_controller_failures.py).
     lost = plan(snapshot(pods, triggers=[trigger]), CONFIG)
-    assert [(m.node_claim) for m in lost.marks] == [None]
+    assert lost.marks == ()
+    [failed] = lost.deletes
+    assert [(str(ref), retry.attempts) for ref, retry in failed.retries] == [("ml/a", 1)]
     binding = PlanConfig(trigger=TriggerSettings(binding=True))
     [create] = plan(snapshot([gpu_pod("a", "1", model="l4")]), binding).creates
     assert "schedulerName" not in create.body["spec"]  # type: ignore[operator]
