@@ -2,7 +2,8 @@
 
 A sim API server (store and HTTPS only, as in `bench.controller_rss`: no scheduler,
 kubelet or Karpenter) holds two NodePools and 20 opted-in namespaces. The real
-``gpu-intent controller`` binary runs against it with ``--max-triggers`` above what the
+``gpu-intent controller`` binary runs against it with no creation rate limit
+(``--trigger-creates-per-second 0``) and ``--max-triggers`` above what the
 burst needs, and is ready (``/readyz``) before the burst. Then N pods with intents
 (KAI halves of three models, shaped as in `bench.controller_rss`) are created and marked
 ``PodScheduled=False, Unschedulable`` as fast as the in-process store takes them. The
@@ -81,6 +82,7 @@ async def measure(n: int, port: int) -> dict[str, float]:
             proc = await asyncio.create_subprocess_exec(
                 EXE, "--log-level", "WARNING", "controller", "--kubeconfig", str(kubeconfig),
                 "--metrics-address", f"127.0.0.1:{port}", "--max-triggers", str(2 * needed + 100),
+                "--trigger-creates-per-second", "0",
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
             )  # fmt: skip
             try:

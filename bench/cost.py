@@ -492,6 +492,17 @@ def controller_flags(config: ControllerConfig) -> list[str]:
         "--pass-max-delay-seconds", f"{config.max_delay_seconds:g}",
         "--resync-seconds", f"{config.resync_seconds:g}",
         "--report-writes-per-second", f"{config.report_writes_per_second:g}",
+        # the caps and failure handling as ``config`` has them (the CLI's defaults differ:
+        # it limits trigger creations to 50/s, the library config does not)
+        "--trigger-creates-per-second", f"{config.trigger_creates_per_second:g}",
+        "--max-gpus-per-trigger", str(plan.max_gpus_per_trigger),
+        "--max-triggers-per-pool", str(plan.max_triggers_per_pool),
+        "--cooldown-seconds", f"{plan.cooldown_seconds:g}",
+        "--retry-base-seconds", f"{plan.retry_base_seconds:g}",
+        "--retry-max-seconds", f"{plan.retry_max_seconds:g}",
+        "--retry-attempts", str(plan.retry_attempts),
+        "--init-timeout-seconds", f"{plan.init_timeout_seconds:g}",
+        "--protect-seconds", f"{config.protect_seconds:g}",
     ]  # fmt: skip
     if plan.default_nodepool:
         flags += ["--default-nodepool", plan.default_nodepool]
