@@ -61,6 +61,13 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
 def add_planning_flags(
     parser: argparse.ArgumentParser,
     *,
@@ -71,7 +78,7 @@ def add_planning_flags(
     """Add the controller's planning flags to ``parser`` (``controller`` and ``demo`` share
     them): ``--namespace`` (trigger pods' namespace, default ``namespace``),
     ``--default-nodepool`` (default ``default_nodepool``), ``--gpu-name-label``,
-    ``--gpu-memory-label``, ``--binding-triggers``, ``--trigger-image``, ``--trigger-priority-class``, ``--cover-seconds`` (seconds) and
+    ``--gpu-memory-label``, ``--binding-triggers``, ``--trigger-image``, ``--trigger-priority-class``, ``--trigger-deadline-seconds``, ``--cover-seconds`` (seconds) and
     ``--max-triggers``. `plan_config` turns the parsed values into a ``PlanConfig``."""
     parser.add_argument("--namespace", default=namespace, help=namespace_help)
     parser.add_argument(
@@ -100,6 +107,15 @@ def add_planning_flags(
     parser.add_argument("--trigger-image", default="registry.k8s.io/pause:3.10")
     parser.add_argument("--trigger-priority-class", help="PriorityClass for trigger pods")
     parser.add_argument(
+        "--trigger-deadline-seconds",
+        type=_positive_int,
+        default=1800,
+        metavar="SECONDS",
+        help="activeDeadlineSeconds of trigger pods, a last resort: a kubelet running a "
+        "(binding) trigger this long ends it, since one alive that long is a bug or a "
+        "stuck NodeClaim (default 1800)",
+    )
+    parser.add_argument(
         "--cover-seconds",
         type=_positive,
         default=60.0,
@@ -126,6 +142,7 @@ def plan_config(args: argparse.Namespace) -> PlanConfig:
             gpu_memory_label=args.gpu_memory_label,
             priority_class=args.trigger_priority_class,
             binding=args.binding_triggers,
+            deadline_seconds=args.trigger_deadline_seconds,
         ),
         default_nodepool=args.default_nodepool,
         cover_seconds=args.cover_seconds,
