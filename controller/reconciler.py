@@ -191,6 +191,11 @@ class Controller:
             for spec in specs
         ]
         self.ready = asyncio.Event()
+        #: Graceful shutdown (`controller.shutdown`): set when it begins (``/readyz``
+        #: answers 503); ``passing`` is held during each pass, so taking it waits for the
+        #: pass in flight to finish its writes and keeps the next from starting.
+        self.stopping = asyncio.Event()
+        self.passing = asyncio.Lock()
         #: Status writes waiting for the writer, latest per pod, and those in flight.
         self._queued: dict[tuple[str, str], SetStatus] = {}
         self._writing: dict[tuple[str, str], SetStatus] = {}
@@ -239,10 +244,11 @@ class Controller:
             self._poked.set()  # plan at once, not after a resync period
             while True:
                 await self._settle()
-                try:
-                    await self.reconcile_once()
-                except Exception:  # a bug in one pass must not end the controller
-                    log.exception("reconcile pass failed; retrying after the next change")
+                async with self.passing:  # held by a graceful shutdown: no new pass
+                    try:
+                        await self.reconcile_once()
+                    except Exception:  # a bug in one pass must not end the controller
+                        log.exception("reconcile pass failed; retrying after the next change")
         finally:
             await self._stop_writers()
 

@@ -17,9 +17,9 @@ import signal
 import socket
 import ssl
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpu_intent import __version__
 
@@ -271,6 +271,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="status and Event writes per second at most (default 50); trigger writes are not limited",
     )
     controller.add_argument(
+        "--shutdown-timeout",
+        type=_positive,
+        default=10.0,
+        metavar="SECONDS",
+        help="after SIGTERM, how long the pass in flight and queued status writes may take "
+        "before the rest is cut and the Lease released (default 10; keep it under the pod's "
+        "terminationGracePeriodSeconds)",
+    )
+    controller.add_argument(
         "--leader-elect",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -407,6 +416,7 @@ async def _run_controller(args: argparse.Namespace) -> None:
     from controller.leader import LeaderElectionConfig, LeaderElector
     from controller.reconciler import Controller, ControllerConfig
     from controller.server import start
+    from controller.shutdown import run_until_stopped
 
     config = ControllerConfig(
         plan=plan_config(args),
@@ -429,8 +439,12 @@ async def _run_controller(args: argparse.Namespace) -> None:
     elector = LeaderElector(kube, elector_config) if elector_config else None
     controller = Controller(kube, config, elector=elector)
     runner = await start(controller, *args.metrics_address)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     try:
-        await controller.run()
+        await run_until_stopped(controller, stop, args.shutdown_timeout)
     finally:
         await runner.cleanup()
         await kube.close()
@@ -464,19 +478,6 @@ async def _run_webhook(args: argparse.Namespace) -> None:
     gc.freeze()
     gc.set_threshold(WEBHOOK_GC_THRESHOLD, *gc.get_threshold()[1:])
     await serve(host, port, args.tls_cert_file, args.tls_key_file, options=options, stop=stop)
-
-
-async def _until_signalled(coro: Coroutine[Any, Any, None]) -> None:
-    """Run ``coro`` until it ends or SIGTERM/SIGINT arrives (Kubernetes stops pods with
-    SIGTERM), then cancel it so its clean-up runs."""
-    task = asyncio.ensure_future(coro)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
-    try:
-        await task
-    except asyncio.CancelledError:
-        log.info("stopped by signal")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -520,7 +521,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from controller.leader import LeadershipLost
 
         try:
-            asyncio.run(_until_signalled(_run_controller(args)))
+            asyncio.run(_run_controller(args))
         except (KubeError, OSError, LeadershipLost, ValueError) as e:
             log.error("controller: %s", e)
             return 1
