@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from prometheus_client import Counter, Gauge
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_random_exponential
 
-from controller.kube import Kube, KubeError, Resource
+from controller.kube import Kube, KubeError, Obj, Resource
 from controller.metrics import REGISTRY
 from controller.state import ClusterState
 
@@ -66,13 +66,17 @@ SHORT_WATCH_SECONDS = 1.0
 
 @dataclass(frozen=True, slots=True)
 class InformerSpec:
-    """What one informer follows: a resource, optionally narrowed, cached as ``kind``."""
+    """What one informer follows: a resource, optionally narrowed, cached as ``kind``.
+    ``observe``, when given, sees every object as it arrives, before the cache: each
+    listed one as ``("LISTED", obj)`` then ``("SYNCED", {})`` once the list is in, and
+    every watch event as ``(type, obj)`` (metrics that need transitions hook here)."""
 
     kind: str
     resource: Resource
     namespace: str | None = None
     label_selector: str | None = None
     field_selector: str | None = None
+    observe: Callable[[str, Obj], None] | None = None
 
 
 def retry_delay(error: BaseException | None, backoff: float, max_backoff: float) -> float:
@@ -165,6 +169,10 @@ class Informer:
             field_selector=spec.field_selector,
             keep=self.state.keeper(spec.kind),
         )
+        if spec.observe is not None:
+            for item in items:
+                spec.observe("LISTED", item)
+            spec.observe("SYNCED", {})
         self.state.replace(spec.kind, items, kept=True)
         self.synced.set()
         SYNCED.labels(spec.kind).set(1)
@@ -190,6 +198,8 @@ class Informer:
             if event_type == "BOOKMARK":
                 continue
             if event_type in ("ADDED", "MODIFIED", "DELETED"):
+                if spec.observe is not None:
+                    spec.observe(event_type, obj)
                 self.state.apply(spec.kind, event_type, obj)
                 self.on_change()
         if not seen and time.monotonic() - started < SHORT_WATCH_SECONDS:

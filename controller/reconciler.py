@@ -173,7 +173,9 @@ class Controller:
             InformerSpec(
                 TRIGGERS, kube_api.PODS, namespace=config.namespace, label_selector=trigger_selector
             ),
-            InformerSpec(NODECLAIMS, kube_api.NODECLAIMS),
+            InformerSpec(
+                NODECLAIMS, kube_api.NODECLAIMS, observe=metrics.NodeClaimPhases().observe
+            ),
             InformerSpec(NODEPOOLS, kube_api.NODEPOOLS),
             InformerSpec(NODES, kube_api.NODES, label_selector=NODEPOOL_LABEL),
             InformerSpec(
@@ -342,6 +344,8 @@ class Controller:
             except KubeError as e:
                 log.warning("reading pod %s/%s after it left the pending set: %s", *key, e)
                 return  # stays in state.left(): read again next pass
+            if current is None:
+                metrics.record_scale_up(None)  # deleted before it got a node: cancelled
             self.state.resolve_left(key, current)
 
         await self._each(read, self.state.left())
@@ -509,6 +513,7 @@ class Controller:
                 return True  # the pod is gone: nothing left to tell
             log.warning("updating scale-up status of pod %s: %s", ref, e)
             return False
+        metrics.record_scale_up(change.status.phase)
         if change.status.phase == SCHEDULED:
             self.state.forget_scheduled((ref.namespace, ref.name))
             if change.seconds_to_node is not None:
@@ -566,6 +571,7 @@ class Controller:
             log.warning("creating trigger for %s: %s", ", ".join(map(str, serves)), e)
             return
         self.state.expect(TRIGGERS, obj)
+        metrics.TRIGGERS_CREATED.labels(pool).inc()
         name = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
         log.info(
             "created trigger %s: %d GPU on NodePool %s for %s",

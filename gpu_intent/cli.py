@@ -412,6 +412,7 @@ def _configure_logging(level: str) -> None:
 
 
 async def _run_controller(args: argparse.Namespace) -> None:
+    from controller import metrics
     from controller.kube import Kube
     from controller.leader import LeaderElectionConfig, LeaderElector
     from controller.reconciler import Controller, ControllerConfig
@@ -437,6 +438,8 @@ async def _run_controller(args: argparse.Namespace) -> None:
         )
     kube = await Kube.connect(args.kubeconfig, args.context)
     elector = LeaderElector(kube, elector_config) if elector_config else None
+    if elector is None:
+        metrics.LEADER.set(1)  # a single replica without election always acts
     controller = Controller(kube, config, elector=elector)
     runner = await start(controller, *args.metrics_address)
     stop = asyncio.Event()
