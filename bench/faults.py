@@ -354,6 +354,7 @@ async def measure(
         burster.cancel()
     await asyncio.gather(dropper, burster, return_exceptions=True)
     faults.clear()
+    diagnose(cluster.store)
     final = await scrape(session, port)
     summary(args, samples, burst, started, bound_at, needed, claims)
     print(
@@ -419,6 +420,53 @@ def summary(
     print(
         f"NodeClaims created (all, deleted ones too): {len(claims.created)} vs needed {needed} "
         f"({len(claims.created) - needed:+d}); deleted {deleted}"
+    )
+
+
+def diagnose(store: sim_store.Store) -> None:
+    """When pods are left pending: their scale-up phases, and the live triggers by
+    ``PodScheduled`` reason and by whether the NodeClaim they are linked to exists."""
+    phases: dict[str, int] = {}
+    for pod in store.iter_objects(sim_store.PODS):
+        if pod["metadata"]["namespace"] == NAMESPACE and not pod["spec"].get("nodeName"):
+            raw = (pod["metadata"].get("annotations") or {}).get("gpu-intent.io/scale-up", "")
+            phase = raw.split('"phase":"')[1].split('"')[0] if '"phase":"' in raw else "none"
+            phases[phase] = phases.get(phase, 0) + 1
+    if not phases:
+        return
+    claims = {c["metadata"]["name"]: c for c in store.iter_objects(sim_store.NODECLAIMS)}
+    reasons: dict[str, int] = {}
+    for trigger in store.iter_objects(sim_store.PODS):
+        if trigger["metadata"]["namespace"] != TRIGGERS_NS:
+            continue
+        reason = next(
+            (c.get("reason", "") for c in (trigger.get("status") or {}).get("conditions") or []
+             if c.get("type") == "PodScheduled"),
+            "unmarked",
+        )  # fmt: skip
+        linked = (trigger["metadata"].get("annotations") or {}).get("gpu-intent.io/nodeclaim")
+        where = "no link" if not linked else ("linked" if linked in claims else "linked, gone")
+        reasons[f"{reason} ({where})"] = reasons.get(f"{reason} ({where})", 0) + 1
+    excluded = [
+        len(e.get("values") or [])
+        for t in store.iter_objects(sim_store.PODS)
+        if t["metadata"]["namespace"] == TRIGGERS_NS
+        for term in (((t["spec"].get("affinity") or {}).get("nodeAffinity") or {})
+                     .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+                     .get("nodeSelectorTerms", [])
+        for e in term.get("matchExpressions", [])
+        if e.get("key") == "gpu-intent.io/node"
+    ]  # fmt: skip
+    nodes = sum(1 for _ in store.iter_objects(sim_store.NODES))
+    nominated = sum(
+        1
+        for e in store.iter_objects(sim_store.EVENTS)
+        if e.get("reason") == "Nominated" and e["metadata"]["namespace"] == TRIGGERS_NS
+    )
+    print(
+        f"left pending by scale-up phase: {phases}; live triggers: {reasons}; nodes {nodes}; "
+        f"nodes a live trigger excludes: at most {max(excluded, default=0)}; Nominated events "
+        f"for triggers: {nominated}"
     )
 
 
