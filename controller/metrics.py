@@ -39,7 +39,14 @@ OPERATIONS = Counter(
 )
 RECONCILE_SECONDS = Histogram(
     "gpu_intent_reconcile_seconds",
-    "Duration of one plan-and-apply pass.",
+    "Duration of one plan-and-apply pass (its writes included).",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+    registry=REGISTRY,
+)
+PLAN_SECONDS = Histogram(
+    "gpu_intent_plan_seconds",
+    "The deciding part of a pass (snapshot and plan, no API call): the controller's own "
+    "CPU per pass, apart from waiting on its writes.",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
     registry=REGISTRY,
 )

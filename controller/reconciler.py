@@ -360,6 +360,7 @@ class Controller:
         batch window). Returns the plan applied."""
         started = time.perf_counter()
         done = self.planner.run(self.now())
+        metrics.PLAN_SECONDS.observe(time.perf_counter() - started)  # deciding, before writes
         decided = done.plan
         if decided:
             await self.apply(decided)

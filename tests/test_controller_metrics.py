@@ -94,6 +94,7 @@ async def test_every_required_metric_is_exported_after_a_run(env: Env) -> None:
         assert any(s.labels.get("result") == result for s in after["gpu_intent_scale_ups"]), result
     assert value(after, "gpu_intent_pod_time_to_node_seconds_count") >= 1
     assert value(after, "gpu_intent_reconcile_seconds_count") >= 1
+    assert value(after, "gpu_intent_plan_seconds_count") >= 1
     assert value(after, "gpu_intent_api_errors_total", verb="list", code="500") >= errors_before + 1
     assert value(after, "gpu_intent_leader") == 1
 
