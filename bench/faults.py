@@ -527,7 +527,8 @@ def report_log(path: Path, restarts: Sequence[int]) -> None:
             break
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse ``argv`` (default: the command line) and run the benchmark."""
     parser = argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__)
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=100.0, help="pods created per second")
@@ -537,7 +538,7 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=5.0, help="seconds between lines")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds")
     parser.add_argument("--controller-log", help="keep the controller's log in this file")
-    asyncio.run(main_async(parser.parse_args()))
+    asyncio.run(main_async(parser.parse_args(argv)))
 
 
 if __name__ == "__main__":
