@@ -2,14 +2,15 @@
 
 ``python -m bench`` runs all of them (about 7 minutes on a 2-core machine);
 ``--quick`` runs the exact scale-up benchmarks small: the cost comparison on the same
-workload, the time comparison on 5 pods only, with delays scaled down further.
+workload, the time comparison on 5 pods only, with delays scaled down further, and the
+fault benchmark on 100 pods.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from bench import burst, controller_rss, cost, planner, scaleup_time, steady, webhook
+from bench import burst, controller_rss, cost, faults, planner, scaleup_time, steady, webhook
 
 #: ``--scale`` of the time benchmark in a full run: EKS-like delays halved (NodeClaim
 #: Ready 30 s after creation), so that the whole run stays under about 10 minutes.
@@ -38,6 +39,9 @@ def main() -> None:
         scaleup_time.run(QUICK_TIME_SCALE, burst=False)
     else:
         scaleup_time.run(TIME_SCALE)
+    print("\n== API faults during a burst (bench/faults.py) ==")
+    quick = ["--pods", "100", "--rate", "50", "--timeout", "200"]
+    faults.main(quick if args.quick else ["--timeout", "300"])
 
 
 if __name__ == "__main__":

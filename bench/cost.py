@@ -524,26 +524,55 @@ async def _until_http_ok(url: str, seconds: float = 60.0, **kwargs: Any) -> None
 
 @contextlib.asynccontextmanager
 async def product_processes(
-    workdir: Path, cluster: SimCluster, api: client.ApiClient, config: ControllerConfig
+    workdir: Path,
+    cluster: SimCluster,
+    api: client.ApiClient,
+    config: ControllerConfig,
+    *,
+    metrics_port: int | None = None,
+    extra_flags: Sequence[str] = (),
+    controller_log: Path | None = None,
+    restarts: list[int] | None = None,
 ) -> AsyncIterator[None]:
     """The webhook and the controller as their own ``gpu-intent`` processes, as they run
     in a cluster (own pods, own CPU), against the sim's API server; ready on entry,
-    stopped with SIGTERM on exit."""
+    stopped with SIGTERM on exit. ``metrics_port``: the controller's metrics port (a
+    free one when None); ``extra_flags``: more ``gpu-intent controller`` flags;
+    ``controller_log``: a file for the controller's log (warnings and above);
+    ``restarts``: when given, a controller that exits is started again at once, as the
+    kubelet restarts a Deployment's container, and its exit code appended there."""
     tls = write_tls_files(workdir / "webhook", ["localhost"], ["127.0.0.1"])
-    hook_port, metrics_port = _free_port(), _free_port()
+    hook_port, metrics_port = _free_port(), metrics_port or _free_port()
     null = asyncio.subprocess.DEVNULL
+    log = controller_log.open("w") if controller_log is not None else None
+
+    async def start_controller() -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            EXE, "--log-level", "WARNING", "controller", "--kubeconfig", str(cluster.kubeconfig),
+            "--metrics-address", f"127.0.0.1:{metrics_port}", *controller_flags(config),
+            *extra_flags,
+            stdout=null, stderr=log if log is not None else null,
+        )  # fmt: skip
+
     procs = [
         await asyncio.create_subprocess_exec(
             EXE, "--log-level", "WARNING", "webhook", "--listen", f"127.0.0.1:{hook_port}",
             "--tls-cert-file", str(tls.cert), "--tls-key-file", str(tls.key),
             stdout=null, stderr=null,
         ),
-        await asyncio.create_subprocess_exec(
-            EXE, "--log-level", "WARNING", "controller", "--kubeconfig", str(cluster.kubeconfig),
-            "--metrics-address", f"127.0.0.1:{metrics_port}", *controller_flags(config),
-            stdout=null, stderr=null,
-        ),
+        await start_controller(),
     ]  # fmt: skip
+    stopping = False
+
+    async def supervise(record: list[int]) -> None:
+        while not stopping:
+            code = await procs[1].wait()
+            if stopping:
+                return
+            record.append(code)
+            procs[1] = await start_controller()
+
+    supervisor = asyncio.create_task(supervise(restarts)) if restarts is not None else None
     try:
         await _until_http_ok(f"https://127.0.0.1:{hook_port}/healthz", ssl=False)
         url = f"https://127.0.0.1:{hook_port}/mutate"
@@ -551,6 +580,10 @@ async def product_processes(
         await _until_http_ok(f"http://127.0.0.1:{metrics_port}/readyz")
         yield
     finally:
+        stopping = True
+        if supervisor is not None:
+            supervisor.cancel()
+            await asyncio.gather(supervisor, return_exceptions=True)
         for proc in procs:
             if proc.returncode is None:
                 proc.send_signal(signal.SIGTERM)
@@ -560,6 +593,8 @@ async def product_processes(
             except TimeoutError:
                 proc.kill()
                 SHUTDOWN_PROBLEMS.append(f"{EXE} pid {proc.pid} killed after 30 s")
+        if log is not None:
+            log.close()
 
 
 @contextlib.asynccontextmanager

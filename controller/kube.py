@@ -10,6 +10,7 @@ share them.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -21,20 +22,74 @@ import aiohttp
 import orjson
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
+from prometheus_client import Counter
+
+from controller.metrics import REGISTRY
 
 log = logging.getLogger(__name__)
+
+API_ERRORS = Counter(
+    "gpu_intent_api_errors_total",
+    "API calls that failed, by Kubernetes verb and HTTP code (0: no answer: connection "
+    "refused or lost, timeout).",
+    ["verb", "code"],
+    registry=REGISTRY,
+)
+#: The verb phrase a `KubeError` message starts with, as the Kubernetes verb.
+VERBS = {
+    "listing": "list",
+    "watching": "watch",
+    "reading": "get",
+    "creating": "create",
+    "deleting": "delete",
+    "patching": "patch",
+    "annotating": "patch",
+    "labelling": "patch",
+    "updating": "update",
+    "recording": "create",
+    "loading": "config",
+}
+
+
+def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds of a ``Retry-After`` header (delta-seconds only: kube-apiserver sends
+    those), or None when absent or not a number. Pure."""
+    if not headers:
+        return None
+    value = headers.get("Retry-After") or headers.get("retry-after")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
 
 Obj = dict[str, Any]
 
 
 class KubeError(Exception):
     """An API call failed. ``status`` is the HTTP code (0: no answer), ``reason`` the
-    Kubernetes Status reason (``NotFound``, ``Conflict``, ``Expired``...)."""
+    Kubernetes Status reason (``NotFound``, ``Conflict``, ``Expired``...),
+    ``retry_after`` the seconds of a ``Retry-After`` header when the server sent one
+    (429 from max-in-flight or API Priority and Fairness, k8s.io/apiserver
+    ``pkg/server/filters/maxinflight.go``), else None. ``verb`` is what was being done
+    (``list``, ``watch``, ``create``...), for the API error metric."""
 
-    def __init__(self, doing: str, status: int, reason: str, message: str) -> None:
+    def __init__(
+        self,
+        doing: str,
+        status: int,
+        reason: str,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        verb: str = "",
+    ) -> None:
         super().__init__(f"{doing}: {status} {reason}: {message[:500]}")
         self.status = status
         self.reason = reason
+        self.retry_after = retry_after
+        self.verb = verb or doing.split(" ", 1)[0]
+        API_ERRORS.labels(VERBS.get(self.verb, self.verb), str(status)).inc()
 
     @property
     def not_found(self) -> bool:
@@ -92,7 +147,24 @@ async def load_configuration(
     return cfg
 
 
-async def _read(response: aiohttp.ClientResponse, doing: str) -> Obj:
+class _Replayed:
+    """An answer whose body was read already, for `_read` (status, reason, headers and
+    the bytes)."""
+
+    def __init__(self, response: aiohttp.ClientResponse, body: bytes) -> None:
+        self.status = response.status
+        self.reason = response.reason
+        self.headers = response.headers
+        self._body = body
+
+    async def read(self) -> bytes:
+        return self._body
+
+    def release(self) -> None:
+        pass
+
+
+async def _read(response: aiohttp.ClientResponse | _Replayed, doing: str) -> Obj:
     try:
         body = await response.read()
     finally:
@@ -108,7 +180,13 @@ async def _read(response: aiohttp.ClientResponse, doing: str) -> Obj:
             else ""
         )
         reason = data.get("reason", response.reason or "") if isinstance(data, dict) else ""
-        raise KubeError(doing, response.status, str(reason), str(message))
+        raise KubeError(
+            doing,
+            response.status,
+            str(reason),
+            str(message),
+            retry_after=retry_after_seconds(response.headers),
+        )
     return data
 
 
@@ -136,7 +214,13 @@ class Kube:
         try:
             response = await fn(*args, _preload_content=False, **kwargs)
         except ApiException as e:
-            raise KubeError(doing, e.status or 0, str(e.reason), str(e.body or "")) from e
+            raise KubeError(
+                doing,
+                e.status or 0,
+                str(e.reason),
+                str(e.body or ""),
+                retry_after=retry_after_seconds(e.headers),
+            ) from e
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
             raise KubeError(doing, 0, type(e).__name__, str(e)) from e
         return await _read(response, doing)
@@ -220,6 +304,23 @@ class Kube:
         Ends when the server closes the stream after ``timeout_seconds``. Raises
         `KubeError` (``gone`` when the resourceVersion is too old: relist)."""
         fn, args = self._list_fn(resource, namespace)
+        answers: list[Any] = []
+
+        @functools.wraps(fn)
+        async def call(*a: Any, **kw: Any) -> Any:
+            answer = await fn(*a, **kw)
+            answers.append(answer)
+            return answer
+
+        async def fail_on_error_answer(first: str) -> None:
+            # kubernetes_asyncio's Watch never looks at the HTTP status: it streams the
+            # body of an error answer (a 429's plain text, a 500's Status) as if it were
+            # events, and an empty one as a watch that ended.
+            if answers and answers[-1].status >= 400:
+                answer = answers[-1]
+                rest = await answer.read() if not answer.closed else b""
+                await _read(_Replayed(answer, first.encode() + rest), doing)
+
         # Lines as they come ("str"), decoded once here: the "object" mode decodes each
         # event, encodes it again and decodes that copy (kubernetes_asyncio
         # Watch.unmarshal_event), which doubled the cost of every event.
@@ -227,7 +328,7 @@ class Kube:
         doing = f"watching {resource.plural} from resourceVersion {resource_version}"
         try:
             async with stream.stream(
-                fn,
+                call,
                 *args,
                 resource_version=resource_version,
                 timeout_seconds=timeout_seconds,
@@ -235,6 +336,7 @@ class Kube:
                 **self._selectors(label_selector, field_selector),
             ) as events:
                 async for line in events:
+                    await fail_on_error_answer(line)
                     try:
                         event = orjson.loads(line)
                     except ValueError as e:
@@ -251,8 +353,15 @@ class Kube:
                             str(obj.get("message", "")),
                         )
                     yield kind, obj
+                await fail_on_error_answer("")
         except ApiException as e:
-            raise KubeError(doing, e.status or 0, str(e.reason), str(e.body or "")) from e
+            raise KubeError(
+                doing,
+                e.status or 0,
+                str(e.reason),
+                str(e.body or ""),
+                retry_after=retry_after_seconds(e.headers),
+            ) from e
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
             raise KubeError(doing, 0, type(e).__name__, str(e)) from e
 

@@ -192,7 +192,9 @@ class Controller:
             InformerSpec(
                 TRIGGERS, kube_api.PODS, namespace=config.namespace, label_selector=trigger_selector
             ),
-            InformerSpec(NODECLAIMS, kube_api.NODECLAIMS),
+            InformerSpec(
+                NODECLAIMS, kube_api.NODECLAIMS, observe=metrics.NodeClaimPhases().observe
+            ),
             InformerSpec(NODEPOOLS, kube_api.NODEPOOLS),
             InformerSpec(NODES, kube_api.NODES, label_selector=NODEPOOL_LABEL),
             InformerSpec(
@@ -216,6 +218,11 @@ class Controller:
             for spec in specs
         ]
         self.ready = asyncio.Event()
+        #: Graceful shutdown (`controller.shutdown`): set when it begins (``/readyz``
+        #: answers 503); ``passing`` is held during each pass, so taking it waits for the
+        #: pass in flight to finish its writes and keeps the next from starting.
+        self.stopping = asyncio.Event()
+        self.passing = asyncio.Lock()
         #: Status writes waiting for the writer, latest per pod, and those in flight.
         self._queued: dict[tuple[str, str], SetStatus] = {}
         self._writing: dict[tuple[str, str], SetStatus] = {}
@@ -264,10 +271,11 @@ class Controller:
             self._poked.set()  # plan at once, not after a resync period
             while True:
                 await self._settle()
-                try:
-                    await self.reconcile_once()
-                except Exception:  # a bug in one pass must not end the controller
-                    log.exception("reconcile pass failed; retrying after the next change")
+                async with self.passing:  # held by a graceful shutdown: no new pass
+                    try:
+                        await self.reconcile_once()
+                    except Exception:  # a bug in one pass must not end the controller
+                        log.exception("reconcile pass failed; retrying after the next change")
         finally:
             await self._stop_writers()
 
@@ -361,6 +369,8 @@ class Controller:
             except KubeError as e:
                 log.warning("reading pod %s/%s after it left the pending set: %s", *key, e)
                 return  # stays in state.left(): read again next pass
+            if current is None:
+                metrics.record_scale_up(None)  # deleted before it got a node: cancelled
             self.state.resolve_left(key, current)
 
         await self._each(read, self.state.left())
@@ -377,6 +387,7 @@ class Controller:
         bucket = self._create_rate
         tokens = bucket.available(self._monotonic()) if bucket is not None else None
         done = self.planner.run(self.now(), tokens)
+        metrics.PLAN_SECONDS.observe(time.perf_counter() - started)  # deciding, before writes
         decided = done.plan
         if bucket is not None and decided.creates:
             bucket.take(len(decided.creates), self._monotonic())
@@ -550,6 +561,7 @@ class Controller:
             return False
         if change.retry is not None:
             self.state.release_retry((ref.namespace, ref.name), change.retry)
+        metrics.record_scale_up(change.status.phase)
         if change.status.phase == SCHEDULED:
             self.state.forget_scheduled((ref.namespace, ref.name))
             if change.seconds_to_node is not None:
@@ -657,6 +669,7 @@ class Controller:
             log.warning("creating trigger for %s: %s", ", ".join(map(str, serves)), e)
             return
         self.state.expect(TRIGGERS, obj)
+        metrics.TRIGGERS_CREATED.labels(pool).inc()
         name = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
         log.info(
             "created trigger %s: %d GPU on NodePool %s for %s",

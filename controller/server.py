@@ -20,9 +20,16 @@ async def _healthz(request: web.Request) -> web.Response:
 
 
 async def _readyz(request: web.Request) -> web.Response:
-    if request.app[CONTROLLER].ready.is_set():
-        return web.Response(text="ok")
-    return web.Response(status=503, text="caches not synced")
+    """200 ``ok`` once every informer's cache is synced (its first list is in); else 503
+    naming those that are not, e.g. ``caches not synced: nodeclaims, nodes``; 503
+    ``shutting down`` once a shutdown began."""
+    controller = request.app[CONTROLLER]
+    if controller.stopping.is_set():
+        return web.Response(status=503, text="shutting down")
+    waiting = [i.spec.kind for i in controller.informers if not i.synced.is_set()]
+    if waiting:
+        return web.Response(status=503, text=f"caches not synced: {', '.join(waiting)}")
+    return web.Response(text="ok")
 
 
 async def _metrics(request: web.Request) -> web.Response:

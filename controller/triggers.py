@@ -3,7 +3,17 @@
 A trigger asks for whole ``nvidia.com/gpu`` (a resource every GPU instance type lists),
 selects the NodePool and model through labels Karpenter resolves, tolerates the pool's
 taints, and runs the pause image with nothing else: no service account token, no
-privileges. Purely computational: `trigger_pod` returns the JSON body to create.
+privileges. It passes the ``restricted`` Pod Security Standard
+(https://kubernetes.io/docs/concepts/security/pod-security-standards/: non-root at pod
+and container level, no privilege escalation, every capability dropped, the
+``RuntimeDefault`` seccomp profile, no volumes, no host namespaces or ports), so it can
+live in a namespace labelled ``pod-security.kubernetes.io/enforce: restricted``.
+
+Nothing of a user's pod is copied but the node-selector entries Karpenter can resolve
+(`copyable_selector`): never its image, command, volumes, required node affinity (so no
+``matchFields``), a ``kubernetes.io/hostname`` selector or a non-well-known
+``karpenter.sh/`` key (Karpenter ignores pods that constrain those). Purely
+computational: `trigger_pod` returns the JSON body to create.
 """
 
 from __future__ import annotations
@@ -14,10 +24,11 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from controller.karpenter import is_copyable_label
 from controller.model import (
     ANNOTATION_SELECTOR,
     ANNOTATION_SERVES,
@@ -65,6 +76,17 @@ class TriggerSettings:
             the pods it stands for when that is more.
         memory: least memory request per trigger (a quantity), likewise.
         priority_class: optional PriorityClass name for triggers.
+        deadline_seconds: the trigger's ``activeDeadlineSeconds``, a last resort. The
+            kubelet counts it from the pod's ``status.startTime`` (when a kubelet first
+            took it: kubelet ``pkg/kubelet/active_deadline.go``) and then fails the pod
+            with reason ``DeadlineExceeded``, killing its container. So it bounds a
+            *binding* trigger that sits on its new node holding GPUs: the controller
+            deletes it within seconds of the node turning Ready, so one still running
+            after this long (default 30 min, more than Karpenter's 5 min launch plus 15
+            min registration timeouts) means the controller is gone or has a bug, and the
+            kubelet frees the GPUs; a Failed pod is no longer provisionable, so Karpenter
+            does not buy for it again. A non-binding trigger never reaches a kubelet, so
+            for it the field is inert: the controller's own garbage collection ends those.
         binding: False (the default) makes *non-binding* triggers: ``schedulerName``
             `NON_BINDING_SCHEDULER`, which nothing serves, and the controller marks them
             ``PodScheduled=False, reason=Unschedulable`` itself until their NodeClaim is
@@ -82,6 +104,7 @@ class TriggerSettings:
     memory: str = "16Mi"
     priority_class: str | None = None
     binding: bool = False
+    deadline_seconds: int = 1800
 
     @property
     def min_cpu_millis(self) -> int:
@@ -118,6 +141,28 @@ def trigger_name(group: GroupKey, serves: Sequence[PodRef], stamp: str) -> str:
     digest = hashlib.sha256(text.encode()).digest()
     suffix = base64.b32encode(digest[:7]).decode().lower()[:10]  # 50 bits
     return f"gi-{_dns_label(group.pool)}-{_dns_label(group.model or 'any')}-{suffix}"
+
+
+#: The user id triggers run as (``nobody``; the pause image's own user is 65535 too).
+TRIGGER_UID = 65535
+
+
+def copyable_selector(
+    selector: Sequence[tuple[str, str]], pool: NodePoolInfo, reserved: Collection[str] = ()
+) -> dict[str, str]:
+    """The entries of a group's copied node selector a trigger may carry: those
+    `controller.karpenter.is_copyable_label` allows for ``pool`` (never
+    ``kubernetes.io/hostname``, never a ``karpenter.sh/`` key Karpenter does not define,
+    only keys Karpenter or the pool can resolve), and none of the ``reserved`` keys the
+    trigger sets itself (its NodePool and model), which always win. The model's parser
+    already filters (`controller.model.parse_pending_pod`); this is the second fence at
+    the point where a user's value enters a pod we create. Pure."""
+    keys = pool.label_keys()
+    return {
+        key: value
+        for key, value in selector
+        if key not in reserved and is_copyable_label(key, keys)
+    }
 
 
 def tolerations_for(pool: NodePoolInfo) -> list[dict[str, Any]]:
@@ -202,7 +247,10 @@ def trigger_pod(
     ``gpu-intent.io/gpu-memory``), and with ``exclude_nodes``, ``gpu-intent.io/node
     NotIn [exclude_nodes]`` (`controller.model.NODE_LABEL`: nodes its pods' scheduler
     already refused, see `controller.capacity.excluded_nodes`);
-    tolerations for the pool's taints; one pause container requesting ``gpus`` of
+    tolerations for the pool's taints; a pod and a container ``securityContext`` that
+    pass the restricted Pod Security Standard, no service account token,
+    ``terminationGracePeriodSeconds: 0``, ``activeDeadlineSeconds``
+    ``settings.deadline_seconds``; one pause container (``settings.image``) requesting ``gpus`` of
     ``nvidia.com/gpu`` (requests = limits, as Kubernetes requires for extended resources)
     and ``cpu_millis``/``memory_bytes`` (the pods' own, at least the settings' minimum);
     ``schedulerName`` `NON_BINDING_SCHEDULER` unless ``settings.binding``.
@@ -213,13 +261,16 @@ def trigger_pod(
     node_selector: dict[str, str] = {NODEPOOL_LABEL: group.pool}
     if group.model:
         node_selector[settings.gpu_name_label] = group.model
-    node_selector.update(dict(group.selector))
+    copied = copyable_selector(group.selector, pool, reserved=node_selector)
+    node_selector.update(copied)
     serves_text = ",".join(str(ref) for ref in serves)
     if len(serves_text) > MAX_SERVES_CHARS:
         serves_text = serves_text[: MAX_SERVES_CHARS - 3] + "..."
     annotations = {
         ANNOTATION_POOL: group.pool,
         ANNOTATION_GPUS: str(gpus),
+        # The group's selector as planned: the trigger's identity (parse_trigger reads
+        # its group back from it), whatever the second filter dropped from the pod.
         ANNOTATION_SELECTOR: json.dumps(dict(group.selector), sort_keys=True),
         ANNOTATION_SERVES: serves_text,
     }
@@ -245,14 +296,21 @@ def trigger_pod(
                     "allowPrivilegeEscalation": False,
                     "readOnlyRootFilesystem": True,
                     "runAsNonRoot": True,
-                    "runAsUser": 65535,
+                    "runAsUser": TRIGGER_UID,
                     "capabilities": {"drop": ["ALL"]},
                     "seccompProfile": {"type": "RuntimeDefault"},
                 },
             }
         ],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": TRIGGER_UID,
+            "runAsGroup": TRIGGER_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": 0,
+        "activeDeadlineSeconds": settings.deadline_seconds,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
     }

@@ -23,7 +23,7 @@ import signal
 import socket
 import ssl
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -155,7 +155,7 @@ def add_planning_flags(
     """Add the controller's planning flags to ``parser`` (``controller`` and ``demo`` share
     them): ``--namespace`` (trigger pods' namespace, default ``namespace``),
     ``--default-nodepool`` (default ``default_nodepool``), ``--gpu-name-label``,
-    ``--gpu-memory-label``, ``--binding-triggers``, ``--trigger-image``, ``--trigger-priority-class``, ``--cover-seconds`` (seconds) and
+    ``--gpu-memory-label``, ``--binding-triggers``, ``--trigger-image``, ``--trigger-priority-class``, ``--trigger-deadline-seconds``, ``--cover-seconds`` (seconds) and
     ``--max-triggers``. `plan_config` turns the parsed values into a ``PlanConfig``."""
     parser.add_argument("--namespace", default=namespace, help=namespace_help)
     parser.add_argument(
@@ -190,6 +190,15 @@ def add_planning_flags(
         "--trigger-priority-class", help="PriorityClass for trigger pods (default: none)"
     )
     parser.add_argument(
+        "--trigger-deadline-seconds",
+        type=_positive_int,
+        default=1800,
+        metavar="SECONDS",
+        help="activeDeadlineSeconds of trigger pods, a last resort: a kubelet running a "
+        "(binding) trigger this long ends it, since one alive that long is a bug or a "
+        "stuck NodeClaim (default 1800)",
+    )
+    parser.add_argument(
         "--cover-seconds",
         type=_positive,
         default=60.0,
@@ -217,6 +226,7 @@ def plan_config(args: argparse.Namespace) -> PlanConfig:
             gpu_memory_label=args.gpu_memory_label,
             priority_class=args.trigger_priority_class,
             binding=args.binding_triggers,
+            deadline_seconds=args.trigger_deadline_seconds,
         ),
         default_nodepool=args.default_nodepool,
         cover_seconds=args.cover_seconds,
@@ -382,6 +392,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=50.0,
         help="status and Event writes per second at most (default 50); trigger writes are not limited",
+    )
+    controller.add_argument(
+        "--shutdown-timeout",
+        type=_positive,
+        default=10.0,
+        metavar="SECONDS",
+        help="after SIGTERM, how long the pass in flight and queued status writes may take "
+        "before the rest is cut and the Lease released (default 10; keep it under the pod's "
+        "terminationGracePeriodSeconds)",
     )
     controller.add_argument(
         "--leader-elect",
@@ -787,10 +806,12 @@ def _failure_settings(args: argparse.Namespace, plan: PlanConfig) -> dict[str, A
 
 
 async def _run_controller(args: argparse.Namespace) -> None:
+    from controller import metrics
     from controller.kube import Kube
     from controller.leader import LeaderElectionConfig, LeaderElector
     from controller.reconciler import Controller, ControllerConfig
     from controller.server import start
+    from controller.shutdown import run_until_stopped
 
     config = ControllerConfig(
         **_failure_settings(args, plan_config(args)),
@@ -812,6 +833,8 @@ async def _run_controller(args: argparse.Namespace) -> None:
     kube = Kube(await _connect(args.kubeconfig, args.context))
     try:
         elector = LeaderElector(kube, elector_config) if elector_config else None
+        if elector is None:
+            metrics.LEADER.set(1)  # a single replica without election always acts
         controller = Controller(kube, config, elector=elector)
         host, port = args.metrics_address
         try:
@@ -820,8 +843,12 @@ async def _run_controller(args: argparse.Namespace) -> None:
             raise UsageError(
                 f"cannot serve metrics on --metrics-address {host}:{port}: {_os_reason(e)}"
             ) from None
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
         try:
-            await controller.run()
+            await run_until_stopped(controller, stop, args.shutdown_timeout)
         finally:
             await runner.cleanup()
     finally:
@@ -856,19 +883,6 @@ async def _run_webhook(args: argparse.Namespace) -> None:
     gc.freeze()
     gc.set_threshold(WEBHOOK_GC_THRESHOLD, *gc.get_threshold()[1:])
     await serve(host, port, args.tls_cert_file, args.tls_key_file, options=options, stop=stop)
-
-
-async def _until_signalled(coro: Coroutine[Any, Any, None]) -> None:
-    """Run ``coro`` until it ends or SIGTERM/SIGINT arrives (Kubernetes stops pods with
-    SIGTERM), then cancel it so its clean-up runs."""
-    task = asyncio.ensure_future(coro)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)
-    try:
-        await task
-    except asyncio.CancelledError:
-        log.info("stopped by signal")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -920,7 +934,7 @@ def _run(args: argparse.Namespace) -> int:
         from controller.leader import LeadershipLost
 
         try:
-            asyncio.run(_until_signalled(_run_controller(args)))
+            asyncio.run(_run_controller(args))
         except (KubeError, OSError, LeadershipLost, ValueError) as e:
             log.error("controller: %s", e)
             return 1

@@ -6,7 +6,10 @@ the ways a real kube-apiserver does.
 Each switch (`Faults.add`) may be limited to a Kubernetes verb (``get``, ``list``,
 ``watch``, ``create``, ``update``, ``patch``, ``delete``, as k8s.io/apiserver
 ``pkg/endpoints/request/requestinfo.go`` derives them), a resource (``pods``, or with its
-subresource ``pods/status``) and a number of requests, after which it switches itself off.
+subresource ``pods/status``) and a number of requests, after which it switches itself off,
+and may answer only a share of the requests it matches (``rate``, drawn from a seeded
+generator so a run is repeatable): faults at a steady rate, as an overloaded or flaky
+server gives them.
 
 The failures, each as the real server produces it:
 
@@ -36,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final, Literal
@@ -58,7 +62,8 @@ _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 @dataclass
 class Fault:
     """One switch. ``count`` None: every matching request until removed; else that many,
-    then it is spent. ``hits`` counts the requests it answered."""
+    then it is spent. ``rate``: the share of matching requests it answers (1: all).
+    ``hits`` counts the requests it answered."""
 
     kind: FaultKind
     verb: str | None = None
@@ -68,6 +73,7 @@ class Fault:
     delay: float = 0.0
     as_event: bool = True
     message: str = "injected fault"
+    rate: float = 1.0
     hits: int = field(default=0, init=False)
 
     def applies(self, verb: str, resource: str) -> bool:
@@ -118,9 +124,10 @@ def request_info(request: web.Request) -> tuple[str, str, str | None]:
 class Faults:
     """The switches of one apiserver app. Flip them from a test while the server runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, seed: int = 0) -> None:
         self.faults: list[Fault] = []
         self._app: web.Application | None = None
+        self._random = random.Random(seed)
 
     def install(self, app: web.Application) -> None:
         """Add the fault middleware to ``app`` (before it starts serving)."""
@@ -138,11 +145,14 @@ class Faults:
         delay: float = 0.0,
         as_event: bool = True,
         message: str = "injected fault",
+        rate: float = 1.0,
     ) -> Fault:
         """Switch a fault on (see the module docstring); returns it for `remove`."""
         if kind not in KINDS:
             raise ValueError(f"unknown fault {kind!r}, expected one of {KINDS}")
-        fault = Fault(kind, verb, resource, count, retry_after, delay, as_event, message)
+        if not 0.0 < rate <= 1.0:
+            raise ValueError(f"rate must be in (0, 1], got {rate}")
+        fault = Fault(kind, verb, resource, count, retry_after, delay, as_event, message, rate)
         self.faults.append(fault)
         return fault
 
@@ -184,6 +194,8 @@ class Faults:
         failed = False
         for fault in list(self.faults):
             if not fault.applies(verb, resource):
+                continue
+            if fault.rate < 1.0 and self._random.random() >= fault.rate:
                 continue
             if fault.kind != "latency":
                 if failed:

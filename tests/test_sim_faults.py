@@ -75,6 +75,18 @@ async def test_throttle_limited_to_verb_resource_and_count(api: Api) -> None:
     assert api.faults.faults == []
 
 
+async def test_rate_answers_a_share_of_requests(api: Api) -> None:
+    """A 20 % rate fails about a fifth of 200 lists (binomial: 40 expected, sd 5.7), and
+    only those: each failure is counted as a hit."""
+    fault = api.faults.add("error", verb="list", resource="pods", rate=0.2)
+    statuses = [(await api.call("GET", PODS_PATH))[0] for _ in range(200)]
+    failed = statuses.count(500)
+    assert 20 <= failed <= 60 and statuses.count(200) == 200 - failed
+    assert fault.hits == failed
+    with pytest.raises(ValueError):
+        api.faults.add("error", rate=0)
+
+
 async def test_internal_error_on_create_then_recovers(api: Api) -> None:
     api.faults.add("error", verb="create", count=1, message="etcdserver: leader changed")
     status, body, _ = await api.call("POST", PODS_PATH, json=POD)
