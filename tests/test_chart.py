@@ -185,6 +185,10 @@ def test_controller_rbac_is_what_it_calls_and_nothing_else() -> None:
         ("", "namespaces", "list"),
         ("", "namespaces", "watch"),
         *{("karpenter.sh", r, v) for r in ("nodepools", "nodeclaims") for v in read},
+        # karpenter.sh/do-not-disrupt on new NodeClaims (Kube.annotate_nodeclaim) and a
+        # NodeClaim that never initializes deleted (Kube.delete_nodeclaim)
+        ("karpenter.sh", "nodeclaims", "patch"),
+        ("karpenter.sh", "nodeclaims", "delete"),
         *{
             ("resource.k8s.io", r, v)
             for r in ("resourceclaims", "resourceclaimtemplates", "resourceslices", "deviceclasses")
