@@ -110,6 +110,17 @@ ANNOTATION_PROTECTED = f"{DOMAIN}/protected"
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 
 
+def _json_object(raw: str | None) -> dict[str, Any] | None:
+    """An annotation's JSON object, or None when absent, not JSON or not an object."""
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 @dataclass(frozen=True, slots=True)
 class ScaleUpStatus:
     """What the controller last told a pod, kept in its ``gpu-intent.io/scale-up``
@@ -145,13 +156,8 @@ class ScaleUpStatus:
     @classmethod
     def from_annotation(cls, raw: str | None) -> ScaleUpStatus | None:
         """Parse the annotation; None when absent or not ours to understand."""
-        if not raw:
-            return None
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            return None
-        if not isinstance(data, dict) or not isinstance(data.get("phase"), str):
+        data = _json_object(raw)
+        if data is None or not isinstance(data.get("phase"), str):
             return None
 
         def text(key: str) -> str | None:
@@ -197,13 +203,8 @@ class RetryState:
     @classmethod
     def from_annotation(cls, raw: str | None) -> RetryState | None:
         """Parse the annotation; None when absent or malformed."""
-        if not raw:
-            return None
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            return None
-        if not isinstance(data, dict):
+        data = _json_object(raw)
+        if data is None:
             return None
         attempts, retry_at = data.get("attempts"), data.get("retryAt")
         if not isinstance(attempts, int) or attempts < 0 or not isinstance(retry_at, str):
