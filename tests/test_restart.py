@@ -124,7 +124,8 @@ async def restart_at(env: Env, point: str) -> None:
         assert first_task.cancelled()
         second = Controller(second_kube, config)
         second_task = asyncio.create_task(second.run())
-        await eventually(lambda: settled(env), 25)
+        # 12-15 s alone; a full suite on 2 shared cores stretched it past 25 s twice in ~20 runs
+        await eventually(lambda: settled(env), 60)
         await asyncio.sleep(1.5)  # a late duplicate would show within a batch window
         assert await env.pods(TRIGGERS_NS, "gpu-intent.io/trigger=true") == []  # none leaked
         # No pod was ever in two triggers, and one trigger per GPU model needed (a pod that
