@@ -1,6 +1,6 @@
 """Run every benchmark and print its figures.
 
-``python -m bench`` runs all of them (about 7 minutes on a 2-core machine);
+``python -m bench`` runs all of them (28 minutes on a quiet 2-core machine);
 ``--quick`` runs the exact scale-up benchmarks small: the cost comparison on the same
 workload, the time comparison on 5 pods only, with delays scaled down further, and the
 fault benchmark on 100 pods.
