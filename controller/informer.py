@@ -156,7 +156,7 @@ class Informer:
         async for attempt in retrying:
             with attempt:
                 rv = await self._list()
-                attempt.retry_state.attempt_number = 1  # a list that works ends the run
+                attempt.retry_state.attempt_number = 1  # a list that works restarts the backoff
                 while True:
                     rv = await self._watch(rv)
 

@@ -67,6 +67,17 @@ class _Named(Protocol):
 
 _N = TypeVar("_N", bound=_Named)
 
+
+class _PodEvent(Protocol):
+    @property
+    def pod(self) -> tuple[str, str]: ...
+
+    @property
+    def seen(self) -> datetime | None: ...
+
+
+_E = TypeVar("_E", bound=_PodEvent)
+
 #: Cache kinds, one per informer.
 PENDING_PODS = "pending-pods"
 TRIGGERS = "triggers"
@@ -370,15 +381,7 @@ class ClusterState:
     def refusals(self, now: datetime) -> dict[Key, Refusal]:
         """Karpenter's latest limits ``FailedScheduling`` per trigger ``(namespace, name)``
         (an event without a timestamp counts as seen ``now``)."""
-        refusals: dict[Key, Refusal] = {}
-        for key, event in self._view(REFUSALS).items():
-            refusal = self._parse(REFUSALS, key, event, parse_refusal)
-            if refusal is None:
-                continue
-            known = refusals.get(refusal.pod)
-            if known is None or (refusal.seen or now) >= (known.seen or now):
-                refusals[refusal.pod] = refusal
-        return refusals
+        return self._latest_per_pod(REFUSALS, parse_refusal, now)
 
     def forget_scheduled(self, key: Key) -> None:
         """The bound pod's final status is written (or it is gone)."""
@@ -455,15 +458,22 @@ class ClusterState:
     def nominations(self, now: datetime) -> dict[Key, Nomination]:
         """Karpenter's latest ``Nominated`` evidence per trigger ``(namespace, name)``
         (an event without a timestamp counts as seen ``now``)."""
-        nominations: dict[Key, Nomination] = {}
-        for key, event in self._view(NOMINATIONS).items():
-            nomination = self._parse(NOMINATIONS, key, event, parse_nomination)
-            if nomination is None:
+        return self._latest_per_pod(NOMINATIONS, parse_nomination, now)
+
+    def _latest_per_pod(
+        self, kind: str, parse: Callable[[Obj], _E | None], now: datetime
+    ) -> dict[Key, _E]:
+        """The latest parsed event of cache ``kind`` per pod it is about (an event without
+        a timestamp counts as seen ``now``)."""
+        latest: dict[Key, _E] = {}
+        for key, event in self._view(kind).items():
+            parsed = self._parse(kind, key, event, parse)
+            if parsed is None:
                 continue
-            known = nominations.get(nomination.pod)
-            if known is None or (nomination.seen or now) >= (known.seen or now):
-                nominations[nomination.pod] = nomination
-        return nominations
+            known = latest.get(parsed.pod)
+            if known is None or (parsed.seen or now) >= (known.seen or now):
+                latest[parsed.pod] = parsed
+        return latest
 
     def opted_in(self) -> set[str]:
         """Names of the namespaces that opted in."""
