@@ -446,7 +446,7 @@ def make_app(
     registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
     metrics = WebhookMetrics(registry)
     guard = ConnectionGuard(timeouts or Timeouts(), on_close=metrics.connection_closed)
-    app = web.Application(client_max_size=CLIENT_MAX_SIZE)
+    app = web.Application()  # a state holder: `start` sets the body limit per request
     app[REGISTRY] = registry
     app[METRICS] = metrics
     app[STATE] = WebhookState(metrics=metrics, scope=scope, guard=guard)
