@@ -11,10 +11,12 @@ the results into statuses and trigger specs.
   bought for our triggers (it carries their marker, `controller.model.TRIGGER_MARKER_KEY`)
   that turned Ready within the cover period takes pending pods it can host, before any
   trigger is made.
-- **Refused nodes** (`excluded_nodes`): the pods a trigger stands for are Unschedulable,
+- **Refused nodes** (`nodes_to_label`): the pods a trigger stands for are Unschedulable,
   so their own scheduler refused every node that exists, even where Karpenter sees free
   ``nvidia.com/gpu`` (HAMi's device plugin advertises 10 per GPU, REFERENCE.md section
-  3). A new trigger excludes the Ready nodes of its pool by `controller.model.NODE_LABEL`.
+  3). Every trigger excludes the nodes carrying `controller.model.NODE_LABEL`
+  (``DoesNotExist``), and every node of a GPU pool gets the label once no trigger
+  Karpenter still simulates relies on it.
 """
 
 from __future__ import annotations
@@ -33,13 +35,11 @@ from controller.model import (
     NodePoolInfo,
     PendingPod,
     PodRef,
+    TriggerInfo,
     node_label_value,
     parse_time,
 )
-
-#: Most nodes one trigger excludes by name (`excluded_nodes`): a bound on the size of the
-#: trigger's spec and of the NodeClaim requirements Karpenter copies it into.
-MAX_EXCLUDED_NODES = 100
+from controller.triggers import LINKED_REASON
 
 
 def cover_of(
@@ -190,32 +190,53 @@ def place_on_free(
     return left, placed
 
 
-def excluded_nodes(
-    nodes: Mapping[str, NodeInfo], pools: Mapping[str, NodePoolInfo]
-) -> tuple[tuple[tuple[str, str], ...], dict[str, tuple[str, ...]]]:
-    """Which nodes of GPU NodePools still need `controller.model.NODE_LABEL` ((node,
-    value) pairs), and, per pool, the label values a new trigger of that pool excludes
-    (``NotIn``, at most `MAX_EXCLUDED_NODES`, the last names in order; a node being
-    labelled this pass counts).
+def nodes_to_label(
+    nodes: Mapping[str, NodeInfo],
+    pools: Mapping[str, NodePoolInfo],
+    claims: Mapping[str, NodeClaimInfo],
+    triggers: Iterable[TriggerInfo],
+) -> tuple[tuple[str, str], ...]:
+    """The nodes of GPU NodePools to give `controller.model.NODE_LABEL` now, as (node,
+    value) pairs sorted by node: every trigger excludes labelled nodes (``NODE_LABEL
+    DoesNotExist``, `controller.triggers.trigger_pod`), however many there are.
 
-    Every node of the pool is excluded, Ready or still initializing: the pods a trigger
-    stands for are Unschedulable, so their scheduler refused each Ready node; capacity
-    freed later reaches them through their scheduler; and a node still coming up was
-    bought for earlier triggers, whose GPUs the planner already counts as on their way
-    (its triggers are marked linked once it exists, so Karpenter no longer counts them
-    on it and would otherwise see its GPUs as free for a new trigger). The NodeClaims
-    still launching have no node yet and are not excluded: their triggers stay
-    Unschedulable and Karpenter keeps simulating them onto those NodeClaims."""
-    labels: list[tuple[str, str]] = []
-    by_pool: dict[str, list[str]] = defaultdict(list)
-    for node in sorted(nodes.values(), key=lambda n: n.name):
-        pool = pools.get(node.pool or "")
-        if pool is None or not pool.makes_gpus():
+    A node is excluded because the pods a trigger stands for are Unschedulable: their
+    scheduler refused it (capacity freed there later reaches them through it), and one
+    still initializing was bought for earlier triggers, whose GPUs the planner already
+    counts as on their way (once its triggers are marked linked Karpenter no longer counts
+    them on it, and would see its GPUs as free for a new trigger).
+
+    But a node is labelled only once no trigger Karpenter still simulates relies on it: a
+    trigger its NodeClaim carries the marker of (Karpenter bought it for that trigger),
+    or that is linked to that NodeClaim, and that is neither marked linked
+    (`controller.triggers.LINKED_REASON`, which Karpenter does not provision for) nor
+    bound, nor being deleted. Labelled before, the node would stop matching that
+    trigger's own affinity and Karpenter would buy it another. A trigger merely nominated
+    onto the node's NodeClaim does not hold the label back: the planner did not link it
+    (the NodeClaim's GPUs are held), so Karpenter must stop counting it there and buy.
+    Nodes with no NodeClaim (static nodes) are labelled at once. Pure; costs the
+    unlabelled nodes plus, when there are any, the triggers."""
+    waiting = [
+        node
+        for node in nodes.values()
+        if node.label is None
+        and (pool := pools.get(node.pool or "")) is not None
+        and pool.makes_gpus()
+    ]
+    if not waiting:
+        return ()
+    simulated = [
+        t
+        for t in triggers
+        if not t.deleting and not t.node_name and t.condition_reason != LINKED_REASON
+    ]
+    linked = {t.node_claim for t in simulated if t.node_claim}
+    names = {t.ref.name for t in simulated}
+    claim_of_node = {c.node_name: c for c in claims.values() if c.node_name}
+    out: list[tuple[str, str]] = []
+    for node in sorted(waiting, key=lambda n: n.name):
+        claim = claim_of_node.get(node.name)
+        if claim is not None and (claim.name in linked or claim.marked & names):
             continue
-        value = node.label or node_label_value(node.name)
-        if node.label is None:
-            labels.append((node.name, value))
-        by_pool[pool.name].append(value)
-    return tuple(labels), {
-        name: tuple(values[-MAX_EXCLUDED_NODES:]) for name, values in by_pool.items()
-    }
+        out.append((node.name, node_label_value(node.name)))
+    return tuple(out)

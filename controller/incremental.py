@@ -35,7 +35,7 @@ from datetime import datetime
 from decimal import Decimal
 from itertools import chain
 
-from controller.capacity import fresh_claims
+from controller.capacity import fresh_claims, nodes_to_label
 from controller.failures import init_overdue
 from controller.model import (
     GroupKey,
@@ -52,6 +52,7 @@ from controller.model import (
     parse_trigger,
 )
 from controller.plan import (
+    LabelNode,
     Plan,
     PlanConfig,
     Snapshot,
@@ -223,7 +224,16 @@ class IncrementalPlanner:
         if scheduled:
             scheduled_only = self._snapshot((), (), now, scheduled, self._live)
             results.append(plan(scheduled_only, self._config))
-        return Pass(_merge(results), dict(self._phases), replanned, False)
+        # Which nodes to label depends on every trigger (`nodes_to_label`), not on one
+        # partition's: decided over all of them, whatever the partitions' plans said.
+        labels = nodes_to_label(
+            self._nodes,
+            self._pools,
+            self._claims,
+            chain.from_iterable(p.triggers.values() for p in self._parts.values()),
+        )
+        merged = _merge(results, tuple(LabelNode(node, value) for node, value in labels))
+        return Pass(merged, dict(self._phases), replanned, False)
 
     def _memos(self) -> Iterable[_Memo]:
         return (p.memo for p in self._parts.values() if p.memo is not None)
@@ -444,8 +454,9 @@ class IncrementalPlanner:
         return False
 
 
-def _merge(plans: Sequence[Plan]) -> Plan:
-    """The union of partitions' plans (creates in group order, as `plan` makes them)."""
+def _merge(plans: Sequence[Plan], labels: tuple[LabelNode, ...]) -> Plan:
+    """The union of partitions' plans (creates in group order, as `plan` makes them),
+    with ``labels`` for the node labels."""
     return Plan(
         links=tuple(chain.from_iterable(p.links for p in plans)),
         statuses=tuple(chain.from_iterable(p.statuses for p in plans)),
@@ -455,7 +466,6 @@ def _merge(plans: Sequence[Plan]) -> Plan:
         ),
         demand={k: v for p in plans for k, v in p.demand.items()},
         marks=tuple(chain.from_iterable(p.marks for p in plans)),
-        # Every partition's plan labels the same nodes (`controller.capacity.excluded_nodes` reads them all).
-        labels=tuple(dict.fromkeys(chain.from_iterable(p.labels for p in plans))),
+        labels=labels,
         claim_deletes=tuple(chain.from_iterable(p.claim_deletes for p in plans)),
     )

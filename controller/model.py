@@ -629,7 +629,7 @@ def slim_trigger(obj: Mapping[str, Any]) -> dict[str, Any]:
     """What the trigger cache keeps of a trigger pod: what `parse_trigger` reads (its
     identity, the gpu-intent annotations but the informational ``serves`` list, container
     resources, ``schedulerName``, ``nodeName``, the ``PodScheduled`` condition), not its
-    required node affinity (up to 100 excluded nodes and its marker) or tolerations, so
+    required node affinity (its marker and node exclusion) or tolerations, so
     5,000 cached triggers cost a few MiB, not the ~60 MiB of their full bodies. Pure."""
     slim = slim_pod(obj)
     slim["metadata"]["annotations"].pop(ANNOTATION_SERVES, None)

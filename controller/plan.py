@@ -47,7 +47,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from controller import karpenter
-from controller.capacity import excluded_nodes, held_covers, place_on_free
+from controller.capacity import held_covers, nodes_to_label, place_on_free
 from controller.failures import (
     effective_retry,
     next_retry,
@@ -254,7 +254,7 @@ class Plan:
     #: GPUs of demand per group this pass (for metrics and the demo's report).
     demand: Mapping[GroupKey, Decimal] = field(default_factory=dict)
     marks: tuple[MarkTrigger, ...] = ()
-    #: Node labels to set before the creates (see `controller.capacity.excluded_nodes`).
+    #: Node labels to set before the creates (see `controller.capacity.nodes_to_label`).
     labels: tuple[LabelNode, ...] = ()
     #: NodeClaims to delete (bought for failed triggers, never initialized).
     claim_deletes: tuple[DeleteNodeClaim, ...] = ()
@@ -676,8 +676,10 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
                 Event("Normal", "ScaleUpWaiting", message),
             )
 
-    to_label, excluded = excluded_nodes(snapshot.nodes, snapshot.nodepools)
-    node_labels = tuple(LabelNode(node, value) for node, value in to_label)
+    node_labels = tuple(
+        LabelNode(node, value)
+        for node, value in nodes_to_label(snapshot.nodes, snapshot.nodepools, claims, live)
+    )
     for key in sorted(set(groups) | set(by_group), key=GroupKey.sort_key):
         pods = groups.get(key, [])
         demand[key] = sum((p.intent.gpus for p in pods), Decimal(0))
@@ -737,7 +739,6 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
                 # A retry is a new trigger: its name (and marker) differs from the
                 # failed one's even within the same second.
                 name=trigger_name(key, refs, stamp + _retry_suffix(bin_.pods)),
-                exclude_nodes=excluded.get(key.pool, ()),
                 cpu_millis=bin_.cpu_millis,
                 memory_bytes=bin_.memory_bytes,
             )

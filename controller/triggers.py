@@ -229,7 +229,6 @@ def trigger_pod(
     settings: TriggerSettings,
     *,
     name: str,
-    exclude_nodes: Sequence[str] = (),
     cpu_millis: int = 0,
     memory_bytes: int = 0,
 ) -> dict[str, Any]:
@@ -244,9 +243,9 @@ def trigger_pod(
     [name]`` (`controller.model.TRIGGER_MARKER_KEY`: it names this trigger in the
     requirements of the NodeClaim Karpenter buys for it) and, for a group with
     ``min_memory_mib``, ``<gpu_memory_label> Gt min-1`` (and the annotation
-    ``gpu-intent.io/gpu-memory``), and with ``exclude_nodes``, ``gpu-intent.io/node
-    NotIn [exclude_nodes]`` (`controller.model.NODE_LABEL`: nodes its pods' scheduler
-    already refused, see `controller.capacity.excluded_nodes`);
+    ``gpu-intent.io/gpu-memory``), and ``gpu-intent.io/node DoesNotExist``
+    (`controller.model.NODE_LABEL`: nodes its pods' scheduler already refused carry it,
+    see `controller.capacity.nodes_to_label`);
     tolerations for the pool's taints; a pod and a container ``securityContext`` that
     pass the restricted Pod Security Standard, no service account token,
     ``terminationGracePeriodSeconds: 0``, ``activeDeadlineSeconds``
@@ -321,10 +320,11 @@ def trigger_pod(
     expressions: list[dict[str, Any]] = [
         {"key": TRIGGER_MARKER_KEY, "operator": "NotIn", "values": [name]}
     ]
-    if exclude_nodes:
-        expressions.append(
-            {"key": NODE_LABEL, "operator": "NotIn", "values": sorted(set(exclude_nodes))}
-        )
+    # One term excludes every labelled node, with no list growing with the pool (a list
+    # of names, capped at 100, let later triggers be nominated onto older nodes at 729
+    # nodes: bench.faults). Karpenter accepts DoesNotExist on a key no NodePool defines
+    # (Requirements.Compatible, pkg/scheduling/requirements.go).
+    expressions.append({"key": NODE_LABEL, "operator": "DoesNotExist"})
     if group.min_memory_mib:
         # Gt needs node affinity (a nodeSelector only says equals): Karpenter then picks
         # the cheapest instance type whose GPUs have at least that much memory.

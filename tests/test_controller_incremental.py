@@ -490,7 +490,7 @@ def test_nodes_and_new_nodeclaims_bought_for_us_are_planned_as_a_whole_plan_woul
     terms = body["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]  # type: ignore[index]
-    assert {"key": "gpu-intent.io/node", "operator": "NotIn", "values": ["n9"]} in terms[
+    assert {"key": "gpu-intent.io/node", "operator": "DoesNotExist"} in terms[
         "nodeSelectorTerms"
     ][0]["matchExpressions"]
     ready = nodeclaim(

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from controller_fixtures import T0, gpu_pod, nodeclaim, nodepool
 
-from controller.capacity import MAX_EXCLUDED_NODES, excluded_nodes
+from controller.capacity import nodes_to_label
 from controller.model import (
     NATIVE,
     NODE_READY,
@@ -38,6 +38,7 @@ from controller.model import (
     parse_trigger,
 )
 from controller.plan import (
+    LabelNode,
     Plan,
     PlanConfig,
     Snapshot,
@@ -682,12 +683,14 @@ def test_trigger_pod_spec_is_what_karpenter_understands() -> None:
     meta, spec = body["metadata"], body["spec"]
     assert meta["namespace"] == "gpu-intent-system" and meta["name"] == name
     assert re.fullmatch(r"gi-gpu-standard-l4-[a-z2-7]{10}", name)
-    # The marker: the NodeClaim Karpenter buys for this trigger will name it.
+    # The marker: the NodeClaim Karpenter buys for this trigger will name it; and the
+    # exclusion of every node labelled as refused (`nodes_to_label`).
     assert spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
         "nodeSelectorTerms": [
             {
                 "matchExpressions": [
-                    {"key": "gpu-intent.io/trigger-name", "operator": "NotIn", "values": [name]}
+                    {"key": "gpu-intent.io/trigger-name", "operator": "NotIn", "values": [name]},
+                    {"key": "gpu-intent.io/node", "operator": "DoesNotExist"},
                 ]
             }
         ]
@@ -709,15 +712,6 @@ def test_trigger_pod_spec_is_what_karpenter_understands() -> None:
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert spec["automountServiceAccountToken"] is False
-    excluding = trigger_pod(
-        group, 2, pool, serves, CONFIG.trigger, name=name, exclude_nodes=["n2", "n1"]
-    )
-    terms = excluding["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ]
-    assert {"key": "gpu-intent.io/node", "operator": "NotIn", "values": ["n1", "n2"]} in terms[
-        "nodeSelectorTerms"
-    ][0]["matchExpressions"]
     with pytest.raises(ValueError):
         trigger_pod(GroupKey("gpu-standard", "l4"), 0, pool, [], CONFIG.trigger, name=name)
 
@@ -735,11 +729,10 @@ def node_obj(
 
 
 def test_triggers_exclude_the_nodes_of_their_pool_labelled_first() -> None:
-    """A new trigger excludes (NotIn) every node of its GPU pool: its pods' scheduler
-    refused the Ready ones, though Karpenter may see free GPUs there (HAMi's 10 per
-    card), and one still joining was bought for earlier triggers (marked linked, so
-    Karpenter would see its GPUs as free). Nodes without the label get it in the same
-    pass, before the creates."""
+    """Every trigger excludes the labelled nodes (DoesNotExist, however many), and every
+    node of a GPU pool gets the label in the pass that sees it, before the creates: its
+    pods' scheduler refused the Ready ones, though Karpenter may see free GPUs there
+    (HAMi's 10 per card), and one still joining was bought for earlier triggers."""
     nodes = [
         node_obj("ip-1", "gpu-standard", label="ip-1"),
         node_obj("ip-2", "gpu-standard"),
@@ -758,16 +751,43 @@ def test_triggers_exclude_the_nodes_of_their_pool_labelled_first() -> None:
     expressions = create.body["spec"]["affinity"]["nodeAffinity"][  # type: ignore[index]
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]["nodeSelectorTerms"][0]["matchExpressions"]
-    assert {
-        "key": "gpu-intent.io/node",
-        "operator": "NotIn",
-        "values": sorted(["ip-1", "ip-2", "ip-3", hashed]),
-    } in expressions
-    many = {
-        f"n{i:03d}": NodeInfo(f"n{i:03d}", "gpu-standard", True, f"n{i:03d}") for i in range(150)
-    }
-    labels, excluded = excluded_nodes(many, snapshot([]).nodepools)
-    assert labels == () and len(excluded["gpu-standard"]) == MAX_EXCLUDED_NODES
+    assert {"key": "gpu-intent.io/node", "operator": "DoesNotExist"} in expressions
+    # 1,000 unlabelled nodes all get the label: no cap (at 100 names, later triggers
+    # were nominated onto the older nodes and nothing was bought).
+    many = {f"n{i:04d}": NodeInfo(f"n{i:04d}", "gpu-standard", True, None) for i in range(1000)}
+    assert len(nodes_to_label(many, snapshot([]).nodepools, {}, ())) == 1000
+
+
+def test_a_node_is_labelled_only_once_no_simulated_trigger_relies_on_it() -> None:
+    """The node of a NodeClaim bought for a trigger Karpenter still simulates (not yet
+    marked linked) stays unlabelled: labelled, it would stop matching that trigger's own
+    DoesNotExist and Karpenter would buy the trigger a second node. Once the trigger is
+    marked linked (or bound, or deleted) the node is labelled; a trigger merely
+    nominated there does not hold it back."""
+    pods = [gpu_pod("a", "1", model="l4"), gpu_pod("b", "1", model="l4")]
+    first = plan(snapshot(pods[:1]), CONFIG)
+    trigger = live_trigger(first, name="gi-t1")
+    claims = [nodeclaim("nc-1", "gpu-standard", model="l4", node="ip-9", launched=True,
+                        marked=["gi-t1"])]  # fmt: skip
+    nodes = {"ip-9": parse_node(node_obj("ip-9", "gpu-standard"))}
+    unmarked = replace(snapshot(pods, claims=claims, triggers=[trigger]), nodes=nodes)
+    result = plan(unmarked, CONFIG)
+    assert result.labels == ()
+    assert [m.ref.name for m in result.marks] == ["gi-t1"]  # marked this pass...
+    marked = json.loads(json.dumps(trigger))
+    marked["status"] = condition_patch(T0, "nc-1")["status"]
+    assert plan(replace(snapshot(pods, claims=claims, triggers=[marked]), nodes=nodes),
+                CONFIG).labels == (LabelNode("ip-9", "ip-9"),)  # fmt: skip
+    # ...and labelled once the mark is seen. A recorded link holds it back the same way.
+    linked = live_trigger(first, name="gi-t2", node_claim="nc-1")
+    other = [nodeclaim("nc-1", "gpu-standard", model="l4", node="ip-9", launched=True)]
+    held = replace(snapshot(pods, claims=other, triggers=[linked]), nodes=nodes)
+    assert nodes_to_label(held.nodes, held.nodepools, held.nodeclaims, held.triggers) == ()
+    # Unrelated (unmarked, unlinked) triggers do not.
+    free = replace(snapshot(pods, claims=other, triggers=[trigger]), nodes=nodes)
+    assert nodes_to_label(free.nodes, free.nodepools, free.nodeclaims, free.triggers) == (
+        ("ip-9", "ip-9"),
+    )
 
 
 def test_trigger_names_are_stable_and_distinct() -> None:
@@ -841,6 +861,7 @@ def test_memory_only_pods_get_a_whole_gpu_each_with_at_least_that_memory() -> No
             {
                 "matchExpressions": [
                     {"key": "gpu-intent.io/trigger-name", "operator": "NotIn", "values": [name]},
+                    {"key": "gpu-intent.io/node", "operator": "DoesNotExist"},
                     {
                         "key": "karpenter.k8s.aws/instance-gpu-memory",
                         "operator": "Gt",
