@@ -261,6 +261,8 @@ class ScheduledPod:
     status: ScaleUpStatus | None
     #: Seconds from the pod's creation to ``PodScheduled=True``, when both are known.
     seconds_to_node: float | None = None
+    #: When ``PodScheduled`` turned True, if known.
+    bound_at: datetime | None = None
 
     @classmethod
     def parse(cls, obj: Mapping[str, Any]) -> ScheduledPod:
@@ -282,6 +284,7 @@ class ScheduledPod:
             str((obj.get("spec") or {}).get("nodeName", "")),
             ScaleUpStatus.from_annotation(annotations.get(ANNOTATION_SCALE_UP)),
             (bound - created).total_seconds() if created and bound else None,
+            bound,
         )
 
 
@@ -393,6 +396,24 @@ class NodeInfo:
     label: str | None
     #: The controller protects it from disruption (`ANNOTATION_PROTECTED` is set).
     protected: bool = False
+    #: The NodeClaim that owns it (its ``karpenter.sh`` NodeClaim ownerReference, which
+    #: Karpenter's registration sets), None when it has none.
+    claim: str | None = None
+
+
+def _owner_claim(meta: Mapping[str, Any]) -> str | None:
+    """The name in a ``karpenter.sh/*`` ``NodeClaim`` ownerReference of ``meta``: Karpenter
+    registration makes the NodeClaim the owner of its Node (karpenter
+    pkg/controllers/nodeclaim/lifecycle/registration.go, syncNode)."""
+    for owner in meta.get("ownerReferences") or ():
+        if (
+            isinstance(owner, Mapping)
+            and owner.get("kind") == "NodeClaim"
+            and str(owner.get("apiVersion", "")).startswith("karpenter.sh/")
+            and isinstance(owner.get("name"), str)
+        ):
+            return str(owner["name"])
+    return None
 
 
 def node_label_value(name: str) -> str:
@@ -405,7 +426,8 @@ def node_label_value(name: str) -> str:
 
 def slim_node(obj: Mapping[str, Any]) -> dict[str, Any]:
     """What the node cache keeps: name, resourceVersion, the pool and `NODE_LABEL`
-    labels, the `ANNOTATION_PROTECTED` annotation, and the Ready condition. Pure."""
+    labels, the `ANNOTATION_PROTECTED` annotation, its NodeClaim ownerReference, and the
+    Ready condition. Pure."""
     meta = _meta(obj)
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
@@ -416,6 +438,10 @@ def slim_node(obj: Mapping[str, Any]) -> dict[str, Any]:
     }
     if ANNOTATION_PROTECTED in annotations:
         slim_meta["annotations"] = {ANNOTATION_PROTECTED: annotations[ANNOTATION_PROTECTED]}
+    if (claim := _owner_claim(meta)) is not None:
+        slim_meta["ownerReferences"] = [
+            {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": claim}
+        ]
     return {
         "metadata": slim_meta,
         "status": {
@@ -440,6 +466,7 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
         ),
         label=labels.get(NODE_LABEL),
         protected=bool((meta.get("annotations") or {}).get(ANNOTATION_PROTECTED)),
+        claim=_owner_claim(meta),
     )
 
 

@@ -502,6 +502,19 @@ def link_claims(
     return links
 
 
+#: How long a bound pod's final ``Scheduled`` status waits for the caches to learn which
+#: NodeClaim its node belongs to (seconds), before it says none is known.
+SCHEDULED_NAME_WAIT_SECONDS = 30.0
+
+
+def _named_late(done: ScheduledPod, now: datetime) -> bool:
+    """Whether ``done`` waited `SCHEDULED_NAME_WAIT_SECONDS` since it was bound (or its
+    binding time is unknown): its ``Scheduled`` status is written without a NodeClaim."""
+    return done.bound_at is None or (now - done.bound_at).total_seconds() >= (
+        SCHEDULED_NAME_WAIT_SECONDS
+    )
+
+
 def triggered(trigger: str, gpus: int, pool: str, stamp: str) -> tuple[ScaleUpStatus, Event]:
     """The ``Triggered`` status and event for pods a trigger stands for (also used by the
     executor right after it creates a trigger, when the name is first known)."""
@@ -617,8 +630,13 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
 
     claim_of_node = {c.node_name: c.name for c in claims.values() if c.node_name}
     for done in snapshot.scheduled:
-        # Name the NodeClaim by evidence only: the one whose node the pod is bound to.
-        claim_name = claim_of_node.get(done.node)
+        # Name the NodeClaim by evidence only: the one whose node the pod is bound to
+        # (its status.nodeName, or the Node's NodeClaim ownerReference). The caches may
+        # learn of the node after the binding: the final status waits for them a while.
+        bound_to = snapshot.nodes.get(done.node)
+        claim_name = claim_of_node.get(done.node) or (bound_to.claim if bound_to else None)
+        if claim_name is None and not _named_late(done, now):
+            continue
         message = f"scheduled on node {done.node}" + (
             f" (NodeClaim {claim_name})" if claim_name else " (no NodeClaim known for it)"
         )

@@ -36,6 +36,7 @@ from controller.model import (
     parse_nomination,
     parse_pending_pod,
     parse_trigger,
+    slim_node,
 )
 from controller.plan import (
     LabelNode,
@@ -832,9 +833,31 @@ def test_pods_that_got_a_node_mid_scale_up_are_told_scheduled_with_the_time_it_t
     assert change.status.phase == SCHEDULED
     assert (change.status.node, change.status.node_claim) == ("ip-10-0-0-1", "nc-2")
     assert "NodeClaim nc-2" in change.status.message
-    unknown = plan(Snapshot([], [], {}, snap.nodepools, NOW, [done]), CONFIG).statuses[0]
+    # The caches may learn of the node after the binding: with neither the NodeClaim's
+    # status.nodeName nor the Node seen, the final status waits (30 s), then says so.
+    bound_at = datetime(2026, 11, 21, 12, 0, 7, tzinfo=UTC)
+    waiting = plan(Snapshot([], [], {}, snap.nodepools, bound_at, [done]), CONFIG)
+    assert waiting.statuses == ()
+    later = bound_at + timedelta(seconds=30)
+    unknown = plan(Snapshot([], [], {}, snap.nodepools, later, [done]), CONFIG).statuses[0]
     assert unknown.status.node_claim is None
     assert "no NodeClaim known" in unknown.status.message
+    # The Node's NodeClaim ownerReference (Karpenter's registration sets it) is evidence.
+    owned = {
+        "metadata": {
+            "name": "ip-10-0-0-1",
+            "labels": {"karpenter.sh/nodepool": "gpu"},
+            "ownerReferences": [{"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                                 "name": "nc-3", "uid": "u-3"}],
+        },
+    }  # fmt: skip
+    node = parse_node(slim_node(owned))
+    assert node.claim == "nc-3"
+    nodes = {node.name: node}
+    by_owner = plan(
+        replace(Snapshot([], [], {}, snap.nodepools, bound_at, [done]), nodes=nodes), CONFIG
+    )
+    assert [c.status.node_claim for c in by_owner.statuses] == ["nc-3"]
     assert change.event is not None and change.event.reason == "ScaleUpComplete"
     assert change.seconds_to_node == 7.0
 

@@ -92,6 +92,8 @@ class PodRecord:
     annotated: bool = False
     triggers: list[str] = field(default_factory=list)
     phase: str = ""
+    #: The NodeClaim the pod's last scale-up status names, if any.
+    status_claim: str | None = None
     node: str | None = None
     bound_at: float | None = None
     karpenter_failed: str | None = None
@@ -149,6 +151,8 @@ class Timeline:
         status = ScaleUpStatus.from_annotation(
             (meta.get("annotations") or {}).get("gpu-intent.io/scale-up")
         )
+        if status is not None:
+            record.status_claim = status.node_claim
         if status is not None and status.phase != record.phase:
             record.phase = status.phase
             if status.trigger and status.trigger not in record.triggers:

@@ -399,11 +399,17 @@ class _Story:
                 problems.append(f"pods without a node: {', '.join(pending)}")
             if unclosed := _unclosed(timeline):
                 problems.append(f"bound pods whose status was not closed: {', '.join(unclosed)}")
+            if misnamed := _misnamed(timeline):
+                problems.append(
+                    "bound pods whose Scheduled status does not name the NodeClaim they run "
+                    f"on: {', '.join(misnamed)}"
+                )
             if triggers_left:
                 problems.append(f"{triggers_left} trigger pod(s) left")
             ok = not problems
             print(
-                "\nOK: every GPU pod got a node and a closed status, no trigger remains and no"
+                "\nOK: every GPU pod got a node and a closed status naming its NodeClaim, no trigger"
+                " remains and no"
                 " NodeClaim is beyond the need."
                 if ok
                 else "\nFAILED:\n  " + "\n  ".join(problems),
@@ -444,6 +450,18 @@ OPEN_PHASES = frozenset({"Triggered", "Provisioning", "NodeReady"})
 def _unclosed(timeline: Timeline) -> list[str]:
     """Bound pods whose scale-up status still says a scale-up is under way."""
     return sorted(r.name for r in timeline.pods.values() if r.node and r.phase in OPEN_PHASES)
+
+
+def _misnamed(timeline: Timeline) -> list[str]:
+    """Bound pods told ``Scheduled`` whose status names another NodeClaim, or none, than
+    the one that made their node (``name (says X, runs on Y)``)."""
+    return sorted(
+        f"{r.name} (says {r.status_claim or 'none'}, runs on {actual or 'unknown'})"
+        for r in timeline.pods.values()
+        if r.node
+        and r.phase == "Scheduled"
+        and r.status_claim != (actual := timeline.claim_of_node.get(r.node))
+    )
 
 
 def _done(timeline: Timeline, expected: int) -> bool:
