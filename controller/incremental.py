@@ -68,6 +68,7 @@ from controller.state import (
     NOMINATIONS,
     PENDING_PODS,
     REFUSALS,
+    RESOURCESLICES,
     TRIGGERS,
     ClusterState,
     Key,
@@ -288,6 +289,7 @@ class IncrementalPlanner:
             state.version(NAMESPACES),
             state.version(NODES),
             state.version(REFUSALS),
+            state.version(RESOURCESLICES),
         )
         before = self._seen or (-1,) * len(seen)
         self._seen = seen
@@ -300,7 +302,7 @@ class IncrementalPlanner:
                 self._pool_keys = pool_label_keys(pools)
                 self._part_of.clear()
                 shared = reparse = True
-        if seen[1] != before[1]:
+        if seen[1] != before[1] or seen[7] != before[7]:
             self._claims = state.nodeclaims()
             shared = relink = True
         if seen[2] != before[2] or self._undated:

@@ -147,11 +147,17 @@ def unsimulatable(pod: Mapping[str, Any], nodepool_keys: Collection[str]) -> lis
     """Why Karpenter cannot provision for ``pod`` by itself, or ``[]`` if it can.
 
     Reasons: a requested resource outside `KARPENTER_RESOURCES` (no instance type offers
-    it), or a node-selector key that no NodePool defines and that is not well known
-    (Karpenter: ``label "<key>" does not have known values``).
+    it), a node-selector key that no NodePool defines and that is not well known
+    (Karpenter: ``label "<key>" does not have known values``), or DRA ResourceClaims
+    (``spec.resourceClaims``: Karpenter skips pods with DRA requirements,
+    kubernetes-sigs/karpenter#2384; its DRA support is tracked in #3228).
     ``nodepool_keys``: every key the NodePools define in requirements or template labels.
     """
     reasons = [
+        "asks for devices through DRA ResourceClaims, which Karpenter skips"
+        for _ in ((pod.get("spec") or {}).get("resourceClaims") or ())[:1]
+    ]
+    reasons += [
         f"requests {name}, a resource Karpenter cannot simulate"
         for name in sorted(requested_resources(pod) - KARPENTER_RESOURCES)
         if not name.startswith("hugepages-")

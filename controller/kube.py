@@ -120,6 +120,10 @@ NODES = Resource("nodes")
 NODECLAIMS = Resource("nodeclaims", "karpenter.sh")
 NODEPOOLS = Resource("nodepools", "karpenter.sh")
 LEASES = Resource("leases", "coordination.k8s.io")
+#: DRA (GA in Kubernetes 1.34): read to learn GPU intent from claims and to see the
+#: devices a new node publishes.
+RESOURCECLAIMS = Resource("resourceclaims", "resource.k8s.io")
+RESOURCESLICES = Resource("resourceslices", "resource.k8s.io")
 
 
 async def load_configuration(
@@ -224,6 +228,28 @@ class Kube:
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
             raise KubeError(doing, 0, type(e).__name__, str(e)) from e
         return await _read(response, doing)
+
+    async def serves(self, resource: Resource) -> bool:
+        """Whether the API server serves ``resource`` (its group/version's discovery
+        document lists it): False on 404, `KubeError` on any other failure."""
+        path = f"/apis/{resource.group}/{resource.version}" if resource.group else "/api/v1"
+        try:
+            data = await self._call(
+                f"discovering {path}",
+                self.api_client.call_api,
+                path,
+                "GET",
+                auth_settings=["BearerToken"],
+                response_type="object",
+            )
+        except KubeError as e:
+            if e.not_found:
+                return False
+            raise
+        return any(
+            isinstance(r, Mapping) and r.get("name") == resource.plural
+            for r in data.get("resources") or ()
+        )
 
     def _list_fn(self, resource: Resource, namespace: str | None) -> tuple[Any, tuple[Any, ...]]:
         if resource.group:

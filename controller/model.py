@@ -364,6 +364,9 @@ class NodeClaimInfo:
     ready_since: datetime | None = None
     #: The controller protects it from disruption (`ANNOTATION_PROTECTED` is set).
     protected: bool = False
+    #: GPU devices the DRA ResourceSlices of its node publish (`controller.dra`), 0
+    #: when none.
+    devices: int = 0
 
     @property
     def gpus(self) -> Decimal:
@@ -372,7 +375,20 @@ class NodeClaimInfo:
 
     @property
     def ready(self) -> bool:
-        return self.conditions.get("Ready") == "True"
+        """Its capacity is usable: ``Ready`` True, or (DRA) registered with its node's
+        ResourceSlices publishing GPU devices. On a DRA node the device plugin's
+        ``nvidia.com/gpu`` never registers, so Karpenter's ``Initialized`` stays Unknown
+        (``ResourceNotRegistered``, karpenter pkg/controllers/nodeclaim/lifecycle/
+        initialization.go) and ``Ready`` never turns True, though the GPUs are there for
+        pods that claim them (REFERENCE.md section 7)."""
+        if self.conditions.get("Ready") == "True":
+            return True
+        return self.devices > 0 and self.conditions.get("Registered") == "True"
+
+    @property
+    def dra_ready(self) -> bool:
+        """`ready` only by its ResourceSlices (Karpenter's ``Ready`` is not True)."""
+        return self.ready and self.conditions.get("Ready") != "True"
 
     @property
     def launched(self) -> bool:
@@ -621,7 +637,7 @@ def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
             container(c) for c in spec.get("containers") or [] if isinstance(c, Mapping)
         ],
     }
-    for key in ("nodeName", "nodeSelector", "overhead", "schedulerName"):
+    for key in ("nodeName", "nodeSelector", "overhead", "schedulerName", "resourceClaims"):
         if spec.get(key):
             slim_spec[key] = spec[key]
     if spec.get("initContainers"):
@@ -636,7 +652,9 @@ def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
             "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
         }
     slim_status: dict[str, Any] = {
-        k: status[k] for k in ("phase", "nominatedNodeName") if status.get(k)
+        k: status[k]
+        for k in ("phase", "nominatedNodeName", "resourceClaimStatuses")
+        if status.get(k)
     }
     conditions = [
         c

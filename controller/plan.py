@@ -902,6 +902,13 @@ def _tell_progress(
             f"NodeClaim {claim.name} is Ready as node {node}; removed trigger "
             f"{name} so the pod's scheduler can use the capacity"
         )
+        if claim.dra_ready:
+            message = (
+                f"NodeClaim {claim.name}'s node {node} publishes {claim.devices} GPU "
+                "device(s) in ResourceSlices (DRA; Karpenter's Initialized stays Unknown, "
+                "ResourceNotRegistered, as on any DRA node: not a failure); removed trigger "
+                f"{name} so the pod's scheduler can allocate its claims there"
+            )
         status = ScaleUpStatus(NODE_READY, message, None, claim.name, claim.node_name, stamp)
         for pod in pods:
             tell(pod, status, Event("Normal", "NodeReady", message))

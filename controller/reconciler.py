@@ -25,6 +25,7 @@ from aiolimiter import AsyncLimiter
 
 from controller import kube as kube_api
 from controller import metrics
+from controller.dra import DraIntent, intents_to_record
 from controller.failures import NODECLAIM, Protection, TokenBucket, protections
 from controller.incremental import IncrementalPlanner
 from controller.informer import Informer, InformerSpec
@@ -57,6 +58,8 @@ from controller.state import (
     NOMINATIONS,
     PENDING_PODS,
     REFUSALS,
+    RESOURCECLAIMS,
+    RESOURCESLICES,
     TRACKED_PHASES,
     TRIGGERS,
     ClusterState,
@@ -64,6 +67,7 @@ from controller.state import (
 from controller.triggers import condition_patch
 from gpu_intent.intent import (
     ANNOTATION_SCALE_UP,
+    ANNOTATION_SOURCE,
     INJECT_LABEL,
     INJECT_VALUE,
     MANAGED_BY_LABEL,
@@ -108,6 +112,10 @@ class ControllerConfig:
     #: (``karpenter.sh/do-not-disrupt``) after it is Ready, unless a pod we served is
     #: bound to its node sooner (`controller.failures.wants_protection`).
     protect_seconds: float = 120.0
+    #: DRA: ``auto`` follows ResourceClaims and ResourceSlices when the API server serves
+    #: ``resource.k8s.io/v1`` (Kubernetes 1.34+), ``on`` always, ``off`` never
+    #: (`controller.dra`).
+    dra: str = "auto"
 
     @property
     def namespace(self) -> str:
@@ -223,14 +231,53 @@ class Controller:
         #: pass in flight to finish its writes and keeps the next from starting.
         self.stopping = asyncio.Event()
         self.passing = asyncio.Lock()
+        #: Whether the DRA informers run (`_follow_dra`), and the cache versions the
+        #: last recording of DRA intents saw (`_record_dra_intents`).
+        self.dra = False
+        self._dra_seen: tuple[int, ...] = ()
+        self._dra_reported: set[tuple[str, str]] = set()
         #: Status writes waiting for the writer, latest per pod, and those in flight.
         self._queued: dict[tuple[str, str], SetStatus] = {}
         self._writing: dict[tuple[str, str], SetStatus] = {}
         self._writer: asyncio.Task[None] | None = None
 
+    async def _follow_dra(self) -> None:
+        """Add the ResourceClaim and ResourceSlice informers when DRA is on (``auto``:
+        when the API server serves ``resource.k8s.io/v1``; a failed discovery is retried)."""
+        mode = self.config.dra
+        if mode == "off" or self.dra:
+            return
+        if mode == "auto":
+            while True:
+                try:
+                    served = await self.kube.serves(kube_api.RESOURCESLICES)
+                    break
+                except KubeError as e:
+                    log.warning("discovering resource.k8s.io/v1: %s; retrying", e)
+                    await asyncio.sleep(1.0)
+            if not served:
+                log.info("resource.k8s.io/v1 is not served: DRA pods are not followed")
+                return
+        self.dra = True
+        log.info("following DRA ResourceClaims and ResourceSlices (resource.k8s.io/v1)")
+        for spec in (
+            InformerSpec(RESOURCECLAIMS, kube_api.RESOURCECLAIMS),
+            InformerSpec(RESOURCESLICES, kube_api.RESOURCESLICES),
+        ):
+            self.informers.append(
+                Informer(
+                    self.kube,
+                    spec,
+                    self.state,
+                    self._poked.set,
+                    watch_seconds=self.config.watch_seconds,
+                )
+            )
+
     async def run(self) -> None:
         """Run until cancelled. With an elector, raises `LeadershipLost` once this
         replica has lost the Lease and stopped writing."""
+        await self._follow_dra()
         try:
             async with asyncio.TaskGroup() as group:
                 for informer in self.informers:
@@ -375,6 +422,58 @@ class Controller:
 
         await self._each(read, self.state.left())
 
+    async def _record_dra_intents(self) -> None:
+        """Write the intents of pending DRA pods (`controller.dra.intents_to_record`),
+        when the pods, claims, NodePools or opted-in namespaces changed since the last
+        time. A written pod is served like any other from the next pass on."""
+        state = self.state
+        seen = tuple(
+            state.version(kind) for kind in (PENDING_PODS, RESOURCECLAIMS, NODEPOOLS, NAMESPACES)
+        )
+        if seen == self._dra_seen:
+            return
+        self._dra_seen = seen
+        pools = [p for p in state.nodepools().values() if p.ready and p.makes_gpus()]
+        label = self.config.plan.trigger.gpu_name_label
+
+        def can_serve(model: str | None, vendor: str | None) -> bool:
+            return any(model is None or p.admits(label, model) for p in pools)
+
+        claims = state.claim_specs()
+        intents, errors = intents_to_record(
+            state.objects(PENDING_PODS),
+            claims,
+            state.opted_in(),
+            can_serve=can_serve,
+            allocated=state.allocated_claims(),
+        )
+        for ref, error in errors:
+            if (ref.namespace, ref.name) not in self._dra_reported:
+                self._dra_reported.add((ref.namespace, ref.name))
+                log.warning("pod %s: its ResourceClaims do not parse: %s", ref, error,
+                            extra=about(ref))  # fmt: skip
+
+        async def record(intent: DraIntent) -> None:
+            ref = intent.ref
+            try:
+                obj = await self._write(
+                    "intent", self.kube.annotate_pod(ref.namespace, ref.name, intent.annotations)
+                )
+            except KubeError as e:
+                log.warning("recording the DRA intent of pod %s: %s", ref, e, extra=about(ref))
+                self._dra_seen = ()  # try again next pass
+                return
+            self.state.expect(PENDING_PODS, obj)
+            log.info(
+                "pod %s: recorded its intent from its ResourceClaims (%s)%s",
+                ref,
+                intent.annotations.get(ANNOTATION_SOURCE, ""),
+                "; " + "; ".join(intent.warnings) if intent.warnings else "",
+                extra=about(ref),
+            )
+
+        await self._each(record, intents)
+
     async def reconcile_once(self) -> Plan:
         """One pass: snapshot, plan, apply; then pods that left the pending set are read
         back by a background task (`read_left`), whose findings (final statuses, GPUs
@@ -384,6 +483,8 @@ class Controller:
         new ones linked (Karpenter buys again for a trigger left Unschedulable for a
         batch window). Returns the plan applied."""
         started = time.perf_counter()
+        if self.dra:
+            await self._record_dra_intents()
         bucket = self._create_rate
         tokens = bucket.available(self._monotonic()) if bucket is not None else None
         done = self.planner.run(self.now(), tokens)

@@ -11,6 +11,7 @@ it again.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from decimal import Decimal
 from typing import Any, Protocol, TypeVar, cast
 
 from controller import karpenter
+from controller.dra import node_devices, slim_claim, slim_slice
 from controller.model import (
     GroupKey,
     InvalidPod,
@@ -91,7 +93,22 @@ NOMINATIONS = "nominations"
 NODES = "nodes"
 #: Karpenter's ``FailedScheduling`` Events in the trigger namespace (limits reached).
 REFUSALS = "refusals"
-KINDS = (PENDING_PODS, TRIGGERS, NODECLAIMS, NODEPOOLS, NAMESPACES, NOMINATIONS, NODES, REFUSALS)
+#: DRA ResourceClaims (all namespaces), slimmed to what intent inference reads.
+RESOURCECLAIMS = "resourceclaims"
+#: DRA ResourceSlices, slimmed to node, driver and device names.
+RESOURCESLICES = "resourceslices"
+KINDS = (
+    PENDING_PODS,
+    TRIGGERS,
+    NODECLAIMS,
+    NODEPOOLS,
+    NAMESPACES,
+    NOMINATIONS,
+    NODES,
+    REFUSALS,
+    RESOURCECLAIMS,
+    RESOURCESLICES,
+)
 #: Scale-up phases after which a pod's binding deserves a final ``Scheduled`` status.
 TRACKED_PHASES = frozenset({"Triggered", "Provisioning", "NodeReady", "Waiting", "Failed"})
 #: Most bound pods remembered while their final status is pending (memory bound).
@@ -174,12 +191,17 @@ class ClusterState:
 
     @staticmethod
     def _kept(kind: str, obj: Obj) -> Obj:
-        """What the cache keeps of ``obj``: pending pods, triggers and nodes are slimmed
-        (`slim_pod`, `slim_trigger`, `slim_node`)."""
+        """What the cache keeps of ``obj``: pending pods, triggers, nodes, ResourceClaims
+        and ResourceSlices are slimmed (`slim_pod`, `slim_trigger`, `slim_node`,
+        `controller.dra.slim_claim`, `controller.dra.slim_slice`)."""
         if kind == PENDING_PODS:
             return slim_pod(obj)
         if kind == TRIGGERS:
             return slim_trigger(obj)
+        if kind == RESOURCECLAIMS:
+            return slim_claim(obj)
+        if kind == RESOURCESLICES:
+            return slim_slice(obj)
         return slim_node(obj) if kind == NODES else obj
 
     def keeper(self, kind: str) -> Callable[[Obj], Obj]:
@@ -452,8 +474,18 @@ class ClusterState:
         return self._by_name(NODEPOOLS, parse_nodepool)
 
     def nodeclaims(self) -> dict[str, NodeClaimInfo]:
-        """The cached NodeClaims, parsed, by name."""
-        return self._by_name(NODECLAIMS, parse_nodeclaim)
+        """The cached NodeClaims, parsed, by name, each with the GPU devices the
+        ResourceSlices of its node publish (`NodeClaimInfo.devices`, DRA)."""
+        claims = self._by_name(NODECLAIMS, parse_nodeclaim)
+        if not self._objects[RESOURCESLICES]:
+            return claims
+        devices = self.node_devices()
+        return {
+            name: dataclasses.replace(claim, devices=devices[claim.node_name])
+            if claim.node_name in devices
+            else claim
+            for name, claim in claims.items()
+        }
 
     def nominations(self, now: datetime) -> dict[Key, Nomination]:
         """Karpenter's latest ``Nominated`` evidence per trigger ``(namespace, name)``
@@ -534,6 +566,21 @@ class ClusterState:
     def nodes(self) -> dict[str, NodeInfo]:
         """The cached nodes of Karpenter NodePools, parsed, by name."""
         return self._by_name(NODES, parse_node)
+
+    def claim_specs(self) -> dict[Key, Obj]:
+        """The cached ResourceClaims' ``spec`` by ``(namespace, name)``."""
+        return {key: obj.get("spec") or {} for key, obj in self._view(RESOURCECLAIMS).items()}
+
+    def allocated_claims(self) -> set[Key]:
+        """``(namespace, name)`` of the cached ResourceClaims that are allocated."""
+        return {
+            key for key, obj in self._view(RESOURCECLAIMS).items() if obj.get("status")
+        }
+
+    def node_devices(self) -> dict[str, int]:
+        """GPU devices the cached ResourceSlices publish, by node name
+        (`controller.dra.node_devices`)."""
+        return node_devices(self._view(RESOURCESLICES).values())
 
     def used(self) -> dict[str, Decimal]:
         """GPUs of the pods we served found bound, by node name (see

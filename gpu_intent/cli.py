@@ -785,6 +785,13 @@ def _add_failure_flags(parser: argparse.ArgumentParser) -> None:
         help="how long a new node stays karpenter.sh/do-not-disrupt after Ready while none of "
         "its pods has bound (default 120)",
     )
+    group.add_argument(
+        "--dra",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="follow DRA ResourceClaims and ResourceSlices: auto when the API server serves "
+        "resource.k8s.io/v1 (default auto)",
+    )
 
 
 def _failure_settings(args: argparse.Namespace, plan: PlanConfig) -> dict[str, Any]:
@@ -802,6 +809,7 @@ def _failure_settings(args: argparse.Namespace, plan: PlanConfig) -> dict[str, A
         ),
         "trigger_creates_per_second": args.trigger_creates_per_second,
         "protect_seconds": args.protect_seconds,
+        "dra": args.dra,
     }
 
 

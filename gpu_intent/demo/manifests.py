@@ -25,7 +25,12 @@ GPU_NAME_LABEL: Final = "karpenter.k8s.aws/instance-gpu-name"
 NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
 INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
 #: The kinds an examples directory may hold (``apply`` creates them).
-EXAMPLE_KINDS: Final = ("Namespace", "NodePool", "Pod")
+EXAMPLE_KINDS: Final = ("Namespace", "NodePool", "ResourceClaimTemplate", "ResourceClaim", "Pod")
+#: The namespaced DRA kinds (``resource.k8s.io/v1``) and their plurals.
+DRA_KINDS: Final = {
+    "ResourceClaimTemplate": "resourceclaimtemplates",
+    "ResourceClaim": "resourceclaims",
+}
 #: Key of ``gpusNeeded`` for intents that name no model.
 ANY_MODEL: Final = "any"
 
@@ -78,7 +83,7 @@ def read_examples(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
             meta = doc.get("metadata")
             if not isinstance(meta, dict) or not (meta.get("name") or meta.get("generateName")):
                 raise ExamplesError(f"{path}: document {i} ({kind}) has no metadata.name")
-            if kind == "Pod" and not meta.get("namespace"):
+            if kind in ("Pod", *DRA_KINDS) and not meta.get("namespace"):
                 doc = {**doc, "metadata": {**meta, "namespace": "default"}}
             out.append((path, doc))
     if not out:
@@ -95,7 +100,8 @@ def load_manifests(directory: Path) -> list[dict[str, Any]]:
 
 async def apply(api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
     """Create one manifest through the API (``kubectl create`` for the kinds the demo
-    uses) and return the stored object. Raises RuntimeError with the server's message."""
+    uses; ResourceClaims and their templates as ``resource.k8s.io/v1``) and return the
+    stored object. Raises RuntimeError with the server's message."""
     kind, meta = obj["kind"], obj.get("metadata", {})
     # The generated client types bodies as models; manifests are dicts, which it sends
     # as they are. Any keeps mypy from insisting on models here.
@@ -111,7 +117,16 @@ async def apply(api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
         "MutatingWebhookConfiguration": lambda: admission.create_mutating_webhook_configuration(
             obj, _preload_content=False
         ),
-    }
+        **{
+            dra_kind: (
+                lambda plural=plural: custom.create_namespaced_custom_object(
+                    "resource.k8s.io", "v1", meta["namespace"], plural, obj,
+                    _preload_content=False,
+                )
+            )
+            for dra_kind, plural in DRA_KINDS.items()
+        },
+    }  # fmt: skip
     if kind not in calls:
         raise ValueError(f"the demo does not apply {kind}")
     response = await calls[kind]()
