@@ -307,7 +307,7 @@ def _program(expression: str) -> celpy.Runner | str:
     try:
         return env.program(env.compile(expression), functions=_FUNCTIONS)
     except Exception as e:  # celpy/lark raise many types on hostile text; none may escape
-        return f"does not compile ({type(e).__name__})"
+        return f"does not compile ({type(e).__name__})"  # the type: for ClaimDemand.why only
 
 
 def _evaluate(program: celpy.Runner, device: celtypes.MapType) -> bool | None:
@@ -468,9 +468,9 @@ _DOMAIN_PREFIX: Final = re.compile(r"""device\.(attributes|capacity)\[\s*["'][^"
 
 def _shown(expression: str) -> str:
     """A selector for a warning: one line, the ``device.attributes["<domain>"].`` prefix
-    shortened to ``attributes.``, at most 40 characters."""
+    shortened to ``attributes.``, at most 36 characters."""
     text = _DOMAIN_PREFIX.sub(r"\1.", " ".join(expression.split()))
-    return repr(text if len(text) <= 40 else text[:37] + "...")
+    return repr(text if len(text) <= 36 else text[:33] + "...")
 
 
 def _models(devices: Sequence[_Device]) -> list[str]:
@@ -494,7 +494,7 @@ def _read(ask: _Ask, claim: str, catalog: Catalog, can_serve: CanServe | None,
             _evaluate(program, d.cel) for d in devices
         ]  # fmt: skip
         if any(v is None for v in verdicts) or not devices:
-            why = program if isinstance(program, str) else "does not evaluate"
+            why = program.split(" (")[0] if isinstance(program, str) else "does not evaluate"
             warnings.append(short(f"{say} selector {_shown(expression)} {why}; model left open"))
             continue
         chosen = {id(d) for d, v in zip(devices, verdicts, strict=True) if v}
@@ -522,11 +522,10 @@ def _read(ask: _Ask, claim: str, catalog: Catalog, can_serve: CanServe | None,
     if ask.all:
         fewest = catalog.fewest_per_instance(model) if model else None
         count = fewest or 1
-        where = f"a {model} node" if fewest else "a node (model or its nodes unknown)"
-        how = f"allocationMode All, {count} (fewest GPUs of {where})"
+        where = f"per {model} node" if fewest else "per node: model unknown"
+        how = f"allocationMode All, {count} (fewest {where})"
         warnings.append(short(
-            f"{say} allocationMode All read as {count} GPU(s), the fewest of {where}; "
-            "set gpu-intent.io/gpus for a bigger node"
+            f"{say} All read as {count} GPU(s) (fewest {where}); set gpu-intent.io/gpus for more"
         ))
     gpus = count
     if mig:
