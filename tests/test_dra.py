@@ -164,6 +164,11 @@ def test_a_profile_selector_on_the_gpu_class_is_mig(catalog: Catalog) -> None:
     assert (got.gpus, got.model, got.mig) == (1, "a30", True)  # 4 x 1/4 of an A30
 
 
+def test_mig_all_is_every_gpu_of_the_node_not_a_share(catalog: Catalog) -> None:
+    got = demand(catalog, exactly("mig.nvidia.com", f'{PROFILE} == "1g.18gb"', allocationMode="All"))
+    assert (got.gpus, got.model, got.mig) == (8, "h200", True)
+
+
 # --- selectors ------------------------------------------------------------------------------
 
 
@@ -450,6 +455,17 @@ def test_claims_of_non_gpu_classes_give_no_intent(catalog: Catalog) -> None:
     pod = dra_pod({"name": "nic", "resourceClaimName": "nic"})
     got = infer(pod, catalog, claims=[ClaimSource("nic", "nic", spec(exactly("sriov.example.com")))])
     assert got == type(got)(None, (), ())
+
+
+def test_infer_passes_can_serve_and_classes_to_the_claims(catalog: Catalog) -> None:
+    pod = dra_pod({"name": "gpu", "resourceClaimName": "fa"}, {"name": "x", "resourceClaimName": "custom"})
+    claims = [ClaimSource("gpu", "fa", spec(FIRST_AVAILABLE)),
+              ClaimSource("x", "custom", spec(exactly("vgpu.example.com", count=2)))]  # fmt: skip
+    got = infer(pod, catalog, claims=claims, can_serve=lambda model, vendor: model in (None, "l4"),
+                device_classes={"vgpu.example.com": ("nvidia", "gpu")})  # fmt: skip
+    assert got.intent is not None
+    assert (got.intent.gpus, got.intent.model) == (Decimal(3), "l4")
+    assert got.intent.source == ("dra:fa", "dra:custom")
 
 
 # --- fuzz ------------------------------------------------------------------------------------

@@ -307,7 +307,7 @@ def _program(expression: str) -> celpy.Runner | str:
     try:
         return env.program(env.compile(expression), functions=_FUNCTIONS)
     except Exception as e:  # celpy/lark raise many types on hostile text; none may escape
-        return f"does not compile ({type(e).__name__})"  # the type: for ClaimDemand.why only
+        return f"does not compile ({type(e).__name__})"
 
 
 def _evaluate(program: celpy.Runner, device: celtypes.MapType) -> bool | None:
@@ -383,7 +383,25 @@ def _cel_device(vendor: str, kind: str, gpu: Gpu, product: str | None, profile: 
     })
 
 
-def _devices(catalog: Catalog, vendor: str, kind: str, profiles: Sequence[str]) -> list[_Device]:
+@functools.lru_cache(maxsize=256)
+def _verdicts(
+    catalog: Catalog, vendor: str, kind: str, profiles: tuple[str, ...], expression: str
+) -> tuple[bool, ...] | str:
+    """Whether each of `_devices` ``(catalog, vendor, kind, profiles)`` satisfies the
+    selector, or why it cannot be read there (``does not compile``, ``does not evaluate``:
+    an error or a non-bool on any device). Kept: every pod of a workload asks the same."""
+    program = _program(expression)
+    if isinstance(program, str):
+        return program.split(" (")[0]
+    devices = _devices(catalog, vendor, kind, profiles)
+    verdicts = [_evaluate(program, d.cel) for d in devices]
+    if not devices or any(v is None for v in verdicts):
+        return "does not evaluate"
+    return tuple(bool(v) for v in verdicts)
+
+
+@functools.lru_cache(maxsize=64)
+def _devices(catalog: Catalog, vendor: str, kind: str, profiles: tuple[str, ...]) -> tuple[_Device, ...]:
     """The devices of ``vendor``'s variants: one per DRA product name (NVIDIA), or one per
     variant (AMD, whose attributes are not modelled); for MIG, one per MIG-capable variant
     and profile named in the selectors (``profiles``) that fits it, or per variant when
@@ -404,7 +422,7 @@ def _devices(catalog: Catalog, vendor: str, kind: str, profiles: Sequence[str]) 
             for profile, memory in variants:
                 cel = _cel_device(vendor, kind, gpu, product, profile, memory)
                 out.append(_Device(gpu, product, profile, memory, cel))
-    return out
+    return tuple(out)
 
 
 # --- one request ------------------------------------------------------------------------
@@ -484,18 +502,15 @@ def _read(ask: _Ask, claim: str, catalog: Catalog, can_serve: CanServe | None,
     vendor = ask.vendor
     say = f"dra: claim {claim} request {ask.name}:"
     mig = ask.kind == "mig" or any(re.search(r"\bprofile\b", s) for s in ask.selectors)
-    profiles = list(dict.fromkeys(m[0] for s in ask.selectors for m in _PROFILE.finditer(s)))
-    devices = _devices(catalog, vendor, "mig" if mig else "gpu", profiles)
-    matched = devices
+    profiles = tuple(dict.fromkeys(m[0] for s in ask.selectors for m in _PROFILE.finditer(s)))
+    kind = "mig" if mig else "gpu"
+    devices = _devices(catalog, vendor, kind, profiles)
+    matched = list(devices)
     memory_selected = evaluated = False
     for expression in ask.selectors:
-        program = _program(expression)
-        verdicts = [None] * len(devices) if isinstance(program, str) or not devices else [
-            _evaluate(program, d.cel) for d in devices
-        ]  # fmt: skip
-        if any(v is None for v in verdicts) or not devices:
-            why = program.split(" (")[0] if isinstance(program, str) else "does not evaluate"
-            warnings.append(short(f"{say} selector {_shown(expression)} {why}; model left open"))
+        verdicts = _verdicts(catalog, vendor, kind, profiles, expression)
+        if isinstance(verdicts, str):
+            warnings.append(short(f"{say} selector {_shown(expression)} {verdicts}; model left open"))
             continue
         chosen = {id(d) for d, v in zip(devices, verdicts, strict=True) if v}
         matched = [d for d in matched if id(d) in chosen]
@@ -528,7 +543,7 @@ def _read(ask: _Ask, claim: str, catalog: Catalog, can_serve: CanServe | None,
             f"{say} All read as {count} GPU(s) (fewest {where}); set gpu-intent.io/gpus for more"
         ))
     gpus = count
-    if mig:
+    if mig and not ask.all:  # All: every GPU of the node, partitioned or not
         shared = {d.profile for d in matched}
         profile = next(iter(shared)) if len(shared) == 1 else None
         m = _PROFILE.fullmatch(profile) if profile else None

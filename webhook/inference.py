@@ -87,7 +87,7 @@ from webhook.demand import (
     short,
     show,
 )
-from webhook.dra import ClaimSource, claim_demand, pod_claims
+from webhook.dra import DEVICE_CLASSES, CanServe, ClaimSource, claim_demand, pod_claims
 
 __all__ = [
     "FAMILY_LABELS",
@@ -593,6 +593,8 @@ def _dra(
     claims: Sequence[ClaimSource] | None,
     catalog: Catalog,
     warnings: list[str],
+    device_classes: Mapping[str, tuple[str, str]] = DEVICE_CLASSES,
+    can_serve: CanServe | None = None,
 ) -> tuple[Demand | None, list[tuple[str, _Named]]]:
     """The GPUs the pod's DRA claims ask for (`webhook.dra.claim_demand`, summed) and the
     models they name, as ``(token, name)``; ``(None, [])`` for a pod without claims, or
@@ -610,7 +612,9 @@ def _dra(
                 f"dra: claim {ref} could not be read; the controller records the intent from it"
             ))
             continue
-        found = claim_demand(source, catalog=catalog)
+        found = claim_demand(
+            source, catalog=catalog, device_classes=device_classes, can_serve=can_serve
+        )
         if found is not None:
             demands.append(found)
             warnings.extend(found.warnings)
@@ -647,6 +651,8 @@ def infer(
     *,
     reasons: bool = True,
     claims: Sequence[ClaimSource] | None = None,
+    device_classes: Mapping[str, tuple[str, str]] = DEVICE_CLASSES,
+    can_serve: CanServe | None = None,
 ) -> Inference:
     """Infer the GPU intent of ``pod``, a Pod as a JSON object (AdmissionReview
     ``request.object``, or a pod template with ``metadata`` and ``spec``), with the
@@ -667,7 +673,9 @@ def infer(
 
     ``claims`` are the pod's DRA claims resolved to their specs (`webhook.dra.ClaimSource`,
     matched to ``spec.resourceClaims[]`` by entry name), None when the caller cannot read
-    them (the webhook): see "DRA" in the module docstring.
+    them (the webhook): see "DRA" in the module docstring. ``device_classes`` and
+    ``can_serve`` go to `webhook.dra.claim_demand` (extra GPU device classes; which
+    ``(model, vendor)`` the cluster can make nodes for).
 
     Raises:
         IntentError: the pod or its containers are not objects/lists, or it asks for GPUs
@@ -686,7 +694,7 @@ def infer(
 
     user_gpus = _user_gpus(annotations, warnings)
     demand, rules = read_demand(spec, labels, annotations, warnings, explain=reasons)
-    dra_demand, dra_models = _dra(pod, claims, catalog, warnings)
+    dra_demand, dra_models = _dra(pod, claims, catalog, warnings, device_classes, can_serve)
     if dra_demand is not None:
         if demand is not None and demand.gpus != dra_demand.gpus:
             warnings.append(short(
