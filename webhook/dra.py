@@ -51,15 +51,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from types import MappingProxyType
-from typing import Any, Final
-
-import celpy
-from celpy import celtypes
+from typing import TYPE_CHECKING, Any, Final
 
 from gpu_intent.catalog import Catalog, Gpu
 from gpu_intent.intent import MAX_GPUS, IntentError
 from gpu_intent.quantity import parse_quantity
 from webhook.demand import short, show
+
+if TYPE_CHECKING:  # imported when a selector is first read: the webhook never reads one
+    import celpy
+    from celpy import celtypes
 
 __all__ = [
     "DEVICE_CLASSES",
@@ -274,27 +275,29 @@ def _quantity(text: object) -> _Quantity:
         raise ValueError(str(e)) from e
 
 
-def _compare(a: object, b: object) -> celtypes.IntType:
-    x, y = _q(a), _q(b)
-    return celtypes.IntType((x > y) - (x < y))
-
-
-_FUNCTIONS: Final[dict[str, Callable[..., Any]]] = {
-    "quantity": _quantity,
-    "compareTo": _compare,
-    "isGreaterThan": lambda a, b: celtypes.BoolType(_q(a) > _q(b)),
-    "isLessThan": lambda a, b: celtypes.BoolType(_q(a) < _q(b)),
-    "asInteger": lambda a: celtypes.IntType(int(_q(a))),
-    "isInteger": lambda a: celtypes.BoolType(_q(a) == _q(a).to_integral_value()),
-    "sign": lambda a: celtypes.IntType((_q(a) > 0) - (_q(a) < 0)),
-    "add": lambda a, b: _Quantity(_q(a) + _q(b)),
-    "sub": lambda a, b: _Quantity(_q(a) - _q(b)),
-}
-
-
 @functools.cache
-def _environment() -> celpy.Environment:
-    return celpy.Environment()  # builds the CEL parser once (about 0.1 s)
+def _environment() -> tuple[celpy.Environment, dict[str, Callable[..., Any]]]:
+    """The CEL environment (its parser is built once, about 0.1 s) and the quantity
+    library's functions (celpy calls ``x.f(y)`` as ``f(x, y)``)."""
+    import celpy
+    from celpy import celtypes
+
+    def compare(a: object, b: object) -> celtypes.IntType:
+        x, y = _q(a), _q(b)
+        return celtypes.IntType((x > y) - (x < y))
+
+    functions: dict[str, Callable[..., Any]] = {
+        "quantity": _quantity,
+        "compareTo": compare,
+        "isGreaterThan": lambda a, b: celtypes.BoolType(_q(a) > _q(b)),
+        "isLessThan": lambda a, b: celtypes.BoolType(_q(a) < _q(b)),
+        "asInteger": lambda a: celtypes.IntType(int(_q(a))),
+        "isInteger": lambda a: celtypes.BoolType(_q(a) == _q(a).to_integral_value()),
+        "sign": lambda a: celtypes.IntType((_q(a) > 0) - (_q(a) < 0)),
+        "add": lambda a, b: _Quantity(_q(a) + _q(b)),
+        "sub": lambda a, b: _Quantity(_q(a) - _q(b)),
+    }
+    return celpy.Environment(), functions
 
 
 @functools.lru_cache(maxsize=512)
@@ -303,9 +306,9 @@ def _program(expression: str) -> celpy.Runner | str:
     again for every pod of a workload)."""
     if len(expression) > MAX_EXPRESSION:
         return f"longer than {MAX_EXPRESSION} characters"
-    env = _environment()
+    env, functions = _environment()
     try:
-        return env.program(env.compile(expression), functions=_FUNCTIONS)
+        return env.program(env.compile(expression), functions=functions)
     except Exception as e:  # celpy/lark raise many types on hostile text; none may escape
         return f"does not compile ({type(e).__name__})"
 
@@ -314,6 +317,8 @@ def _evaluate(program: celpy.Runner, device: celtypes.MapType) -> bool | None:
     """The selector's verdict on one device; None when it errs or is not a bool (the
     scheduler treats both as an error, kubernetes dynamic-resource-allocation
     ``cel/compile.go``)."""
+    from celpy import celtypes
+
     try:
         result = program.evaluate({"device": device})
     except Exception:  # a CEL runtime error of any kind: the selector does not evaluate
@@ -354,6 +359,8 @@ def _profile_fits(gpu: Gpu, slices: int, gb: int) -> bool:
 
 def _cel_map(items: Mapping[str, Any]) -> celtypes.MapType:
     """A CEL map of string keys; a str value becomes a CEL string, a mapping a map."""
+    from celpy import celtypes
+
     return celtypes.MapType({
         celtypes.StringType(k): celtypes.StringType(v) if isinstance(v, str)
         else _cel_map(v) if isinstance(v, Mapping) else v
