@@ -3,6 +3,7 @@ against the catalog's devices, and infer's use of it (claims summed, overrides, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from decimal import Decimal
 from typing import Any
@@ -196,6 +197,23 @@ def test_selector_forms_pin_model_and_memory(
     got = demand(catalog, exactly("gpu.nvidia.com", expression))
     assert (got.model, got.gpu_id, got.gpu_memory_mib) == (model, gpu_id, memory)
     assert got.warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("expression", "gpu_id"),
+    [
+        (f"{PRODUCT}.startsWith('NVIDIA A100') && {MEMORY}.asInteger() >= 85899345920", "a100-80gb"),
+        (f"{PRODUCT}.startsWith('NVIDIA A100') && {MEMORY}.sub(quantity('1Gi')).isLessThan(quantity('40Gi'))",
+         "a100-40gb"),
+        (f"{PRODUCT}.startsWith('NVIDIA A100') && {MEMORY}.add(quantity('1Gi')).compareTo(quantity('81Gi')) == 0",
+         "a100-80gb"),
+        (f"{PRODUCT}.startsWith('Tesla V100') && {MEMORY}.sign() == 1 && {MEMORY}.isInteger() "
+         f"&& {MEMORY}.isGreaterThan(quantity('17179869184'))", "v100-32gb"),
+    ],
+)  # fmt: skip
+def test_the_quantity_library(catalog: Catalog, expression: str, gpu_id: str) -> None:
+    got = demand(catalog, exactly("gpu.nvidia.com", expression))
+    assert (got.gpu_id, got.warnings) == (gpu_id, ())
 
 
 def test_memory_alone_leaves_the_model_open_with_the_least_memory(catalog: Catalog) -> None:
@@ -512,3 +530,13 @@ def test_claim_demand_raises_nothing_but_intent_error(claim: Any, name: Any, ser
         assert 1 <= found.gpus <= 10_000
         assert all(len(w) <= 108 for w in found.warnings)
         json.dumps([found.model, found.gpu_memory_mib, found.why])
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(claim=CLAIM, entries=st.lists(st.fixed_dictionaries({"name": st.sampled_from(["a", "b"]),
+                                                           "resourceClaimName": st.sampled_from(["x", "y"])}),
+                                     max_size=2) | JSON)  # fmt: skip
+def test_infer_with_claims_raises_nothing_but_intent_error(claim: Any, entries: Any) -> None:
+    pod = {"metadata": {"name": "p"}, "spec": {"resourceClaims": entries, "containers": [{"name": "c"}]}}
+    with contextlib.suppress(IntentError):
+        infer(pod, default_catalog(), claims=[ClaimSource("a", "x", claim), ClaimSource("b", "y", claim)])
