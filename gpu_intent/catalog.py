@@ -63,6 +63,11 @@ class Gpu:
         vendor: ``nvidia`` or ``amd``.
         memory_mib: MiB per GPU.
         mig_slices: compute slices under MIG (7 on A100), or None when not MIG-capable.
+        product_names: the names NVIDIA's driver reports for this variant (``"NVIDIA
+            A100-SXM4-80GB"``), the DRA ``gpu.nvidia.com`` ``productName`` attribute; empty
+            when unknown (AMD).
+        architecture: the DRA ``gpu.nvidia.com`` ``architecture`` attribute (``"Ampere"``),
+            or None when unknown.
     """
 
     id: str
@@ -70,6 +75,8 @@ class Gpu:
     vendor: str
     memory_mib: int
     mig_slices: int | None = None
+    product_names: tuple[str, ...] = ()
+    architecture: str | None = None
 
     def describe(self) -> str:
         """``a100 80 GB (nvidia)``: model, nominal GB and vendor, for explanations."""
@@ -229,6 +236,16 @@ class Catalog:
             found = self._families.get(key.split(".", 1)[0])
         return found
 
+    def fewest_per_instance(self, model: str) -> int | None:
+        """The fewest GPUs any instance type the catalog lists has of ``model`` (``1`` for
+        ``l4``: g6.xlarge), or None when no listed instance type has it. A node of that
+        type is the cheapest that satisfies a DRA ``allocationMode: All`` request."""
+        counts = [
+            t.count for t in self._instance_types.values()
+            if t.gpu.model == model and t.count is not None
+        ]  # fmt: skip
+        return min(counts) if counts else None
+
     def family(self, raw: str) -> InstanceGpus | None:
         """The GPU of instance family ``raw`` (``g6e``, ``GN7``), case-insensitive."""
         return self._families.get(raw.strip().lower())
@@ -271,10 +288,19 @@ def _gpu(gpu_id: str, raw: object, where: str) -> tuple[Gpu, list[str]]:
     aliases = entry.get("aliases") or []
     if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
         raise _fail(where, f"{field}.aliases", "must be a list of non-empty strings")
-    unknown = set(entry) - {"model", "vendor", "memory_mib", "mig_slices", "aliases"}
+    products = entry.get("product_names") or []
+    if not isinstance(products, list) or not all(isinstance(p, str) and p.strip() for p in products):
+        raise _fail(where, f"{field}.product_names", "must be a list of non-empty strings")
+    architecture = entry.get("architecture")
+    if architecture is not None and (not isinstance(architecture, str) or not architecture.strip()):
+        raise _fail(where, f"{field}.architecture", f"must be a non-empty string, got {architecture!r}")
+    unknown = set(entry) - {
+        "model", "vendor", "memory_mib", "mig_slices", "aliases", "product_names", "architecture",
+    }  # fmt: skip
     if unknown:
         raise _fail(where, field, f"unknown fields {', '.join(sorted(map(str, unknown)))}")
-    return Gpu(str(gpu_id), model, str(vendor), memory, slices), list(aliases)
+    gpu = Gpu(str(gpu_id), model, str(vendor), memory, slices, tuple(products), architecture)
+    return gpu, list(aliases)
 
 
 @dataclass

@@ -11,6 +11,11 @@ too: a Pod itself, and any object below a manifest's top level that has ``spec.c
 RayCluster; ``*ReplicaSpecs.<role>.template`` of Kubeflow jobs; ``leaderTemplate`` and
 ``workerTemplate`` of a LeaderWorkerSet; a ``List``'s items).
 
+DRA: a pod template's ``spec.resourceClaims`` are resolved against the ResourceClaims and
+ResourceClaimTemplates (``resource.k8s.io``, any served version) of the same input, by
+name in the same namespace (an object without a namespace matches any); a claim not
+there gets `webhook.inference.infer`'s "could not be read" warning.
+
 Pure but for `read_documents`, which reads the files.
 """
 
@@ -27,6 +32,7 @@ import yaml
 
 from gpu_intent.catalog import Catalog
 from gpu_intent.intent import ANNOTATION_SOURCE, ANNOTATION_VERSION, DOMAIN, Intent, IntentError
+from webhook.dra import ClaimSource, claim_spec, pod_claims
 from webhook.inference import Reason, infer
 
 __all__ = [
@@ -152,7 +158,56 @@ def find_templates(document: Document) -> list[Template]:
     return [template(path, node) for path, node in _walk(body, "")]
 
 
-def _explain_one(template: Template, catalog: Catalog | None) -> Explanation:
+_CLAIM_KINDS: Final = ("ResourceClaim", "ResourceClaimTemplate")
+#: ``(kind, name)`` -> ``[(namespace, object)]`` of the input's claims and claim templates.
+_Claims = dict[tuple[str, str], list[tuple[str, Mapping[str, Any]]]]
+
+
+def _objects(body: object) -> Iterator[Mapping[str, Any]]:
+    if isinstance(body, Mapping):
+        if body.get("kind") == "List" and isinstance(body.get("items"), list):
+            for item in body["items"]:
+                yield from _objects(item)
+        else:
+            yield body
+
+
+def _claims(documents: Sequence[Document]) -> _Claims:
+    """The ResourceClaims and ResourceClaimTemplates of ``documents`` by kind and name."""
+    found: _Claims = {}
+    for document in documents:
+        for body in _objects(document.body):
+            kind = body.get("kind")
+            api = str(body.get("apiVersion") or "")
+            metadata = body.get("metadata")
+            if kind not in _CLAIM_KINDS or not api.startswith("resource.k8s.io/") \
+                    or not isinstance(metadata, Mapping):  # fmt: skip
+                continue
+            name, namespace = metadata.get("name"), metadata.get("namespace")
+            if isinstance(name, str) and name:
+                ns = namespace if isinstance(namespace, str) else ""
+                found.setdefault((str(kind), name), []).append((ns, body))
+    return found
+
+
+def _resolve(template: Template, claims: _Claims) -> list[ClaimSource] | None:
+    """The template's DRA claims found in ``claims`` (None when it has none); a claim
+    created from a template by the resourceclaim controller is read from the template."""
+    entries = pod_claims(template.pod)
+    if not entries:
+        return None
+    out: list[ClaimSource] = []
+    for entry in entries:
+        kind, name = ("ResourceClaimTemplate", entry.template) if entry.template \
+            else ("ResourceClaim", entry.claim)  # fmt: skip
+        for namespace, body in claims.get((kind, name or ""), []):
+            if not namespace or not template.namespace or namespace == template.namespace:
+                out.append(ClaimSource(entry.entry, name or "", claim_spec(body)))
+                break
+    return out
+
+
+def _explain_one(template: Template, catalog: Catalog | None, claims: _Claims) -> Explanation:
     metadata = template.pod.get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
     if isinstance(annotations, Mapping) and ANNOTATION_VERSION in annotations:
@@ -165,7 +220,7 @@ def _explain_one(template: Template, catalog: Catalog | None) -> Explanation:
         reason = Reason("intent", "", mine.get(ANNOTATION_SOURCE, ""), why)
         return Explanation(template, "already-annotated", mine, (reason,))
     try:
-        inference = infer(template.pod, catalog)
+        inference = infer(template.pod, catalog, claims=_resolve(template, claims))
     except IntentError as e:
         return Explanation(template, "error", error=f"cannot infer GPU intent: {e}")
     if inference.intent is None:
@@ -181,8 +236,11 @@ def _explain_one(template: Template, catalog: Catalog | None) -> Explanation:
 
 def explain(documents: Iterable[Document], catalog: Catalog | None = None) -> list[Explanation]:
     """One `Explanation` per pod template in ``documents``, in order (``catalog``: the GPU
-    catalog, default the active one). Pure: a function of its arguments."""
-    return [_explain_one(t, catalog) for d in documents for t in find_templates(d)]
+    catalog, default the active one); DRA claims resolve against the ResourceClaims and
+    ResourceClaimTemplates among ``documents``. Pure: a function of its arguments."""
+    documents = list(documents)
+    claims = _claims(documents)
+    return [_explain_one(t, catalog, claims) for d in documents for t in find_templates(d)]
 
 
 def _load(text: str, file: str) -> list[Document]:

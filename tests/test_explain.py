@@ -155,6 +155,114 @@ def test_list_items_and_inference_errors(capsys: pytest.CaptureFixture[str], tmp
     assert (ok["name"], ok["annotations"]["gpu-intent.io/gpus"]) == ("ok-*", "1")
 
 
+DRA_MANIFESTS = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: two-a100, namespace: ml}
+spec:
+  spec:
+    devices:
+      requests:
+        - name: gpu
+          exactly:
+            deviceClassName: gpu.nvidia.com
+            count: 2
+            selectors:
+              - cel:
+                  expression: >-
+                    device.attributes["gpu.nvidia.com"].productName.startsWith("NVIDIA A100")
+                    && device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("80Gi")) >= 0
+---
+apiVersion: resource.k8s.io/v1beta1
+kind: ResourceClaim
+metadata: {name: shared-l4}
+spec:
+  devices:
+    requests:
+      - {name: gpu, deviceClassName: gpu.nvidia.com, count: 1,
+         selectors: [{cel: {expression: 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA L4"'}}]}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, namespace: ml}
+spec:
+  template:
+    spec:
+      nodeSelector: {karpenter.sh/nodepool: gpu}
+      resourceClaims:
+        - {name: gpu, resourceClaimTemplateName: two-a100}
+      containers:
+        - {name: train, image: x, resources: {claims: [{name: gpu}]}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: infer, namespace: ml}
+spec:
+  resourceClaims:
+    - {name: gpu, resourceClaimName: shared-l4}
+  containers:
+    - {name: c, image: x, resources: {claims: [{name: gpu}]}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: elsewhere, namespace: ml}
+spec:
+  resourceClaims:
+    - {name: gpu, resourceClaimTemplateName: not-in-this-file}
+  containers:
+    - {name: c, image: x, resources: {claims: [{name: gpu}]}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: other-namespace, namespace: research}
+spec:
+  resourceClaims:
+    - {name: gpu, resourceClaimTemplateName: two-a100}
+  containers:
+    - {name: c, image: x, resources: {limits: {nvidia.com/gpu: 1}, claims: [{name: gpu}]}}
+"""
+
+
+def test_dra_claims_resolve_against_the_claims_in_the_same_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    manifest = tmp_path / "dra.yaml"
+    manifest.write_text(DRA_MANIFESTS)
+    train, infer_pod, elsewhere, other = explain_json(capsys, "-f", str(manifest))
+    assert (train["name"], train["status"]) == ("train", "annotated")
+    assert train["annotations"] == {
+        "gpu-intent.io/intent-version": "v1",
+        "gpu-intent.io/gpus": "2",
+        "gpu-intent.io/model": "a100",
+        "gpu-intent.io/model-memory": "81920",
+        "gpu-intent.io/gpu-memory": "81920",
+        "gpu-intent.io/pool": "gpu",
+        "gpu-intent.io/source": "dra:two-a100,nodeSelector:karpenter.sh/nodepool",
+    }
+    assert train["warnings"] == []
+    gpus = next(r for r in train["reasons"] if r["part"] == "gpus")
+    assert gpus["why"] == ("DRA claim two-a100: request gpu asks for 2 x gpu.nvidia.com; "
+                           "selectors match a100, at least 81920 MiB")  # fmt: skip
+    # a v1beta1 ResourceClaim without a namespace serves a pod of any namespace
+    assert (infer_pod["annotations"]["gpu-intent.io/gpus"], infer_pod["annotations"]["gpu-intent.io/model"]) == (
+        "1", "l4",
+    )
+    assert infer_pod["annotations"]["gpu-intent.io/source"] == "dra:shared-l4"
+    # a template not in the file: no intent, and the warning says who records it
+    assert elsewhere["status"] == "not-gpu"
+    assert elsewhere["warnings"] == [
+        "dra: claim from template not-in-this-file could not be read; the controller records the intent from it"
+    ]
+    # a template of another namespace does not resolve: the device-plugin request stands
+    assert other["annotations"]["gpu-intent.io/gpus"] == "1"
+    assert other["warnings"] == [
+        "dra: claim from template two-a100 could not be read; the controller records the intent from it"
+    ]
+    code, out, _ = run(capsys, "-f", str(manifest))
+    assert code == 0
+    assert "  gpus          2        from dra:two-a100" in out
+
+
 def test_catalog_flag_is_read(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     catalog = tmp_path / "catalog.yaml"
     catalog.write_text("families:\n  tke:\n    GN7: l4\n")

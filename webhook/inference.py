@@ -19,6 +19,15 @@ memory variants, instance types) come from the `gpu_intent.catalog` loaded at st
 4. **Whole devices**: the pod's ``nvidia.com/gpu`` request, else its ``amd.com/gpu``
    request (Kubernetes extended resources; AMD's device plugin, ROCm/k8s-device-plugin).
 
+**DRA**: a pod with ``spec.resourceClaims`` asks through ResourceClaims, which the
+webhook cannot read at admission (a template's claim does not exist yet). When the caller
+passes the claims (``claims``: the controller, ``gpu-intent explain`` with the claims of
+the same file), their GPUs (`webhook.dra.claim_demand`, summed over the claims) are the
+demand, over sources 1-4 (a warning says so when those differ), with source tokens
+``dra:<claim name>``; each claim's model is a model source after the node constraints.
+Without them the intent comes from the other sources, with a warning per claim that it
+could not be read and that the controller records the intent.
+
 A sharing layer whose fields do not parse is skipped with a warning and the next source
 is tried (HAMi ``gpucores: 150`` on ``nvidia.com/gpu: 1`` is still one GPU); only when
 no source gives demand does the error stand (`IntentError`).
@@ -44,7 +53,7 @@ a warning; the rest of the intent stands.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Context, Decimal
 from typing import Any, Final, NamedTuple, TypeGuard
@@ -71,12 +80,14 @@ from webhook.demand import (
     MAX_WARNING,
     TF_GPU_MODEL,
     TF_GPUPOOL,
+    Demand,
     as_mapping,
     brief,
     read_demand,
     short,
     show,
 )
+from webhook.dra import DEVICE_CLASSES, CanServe, ClaimSource, claim_demand, pod_claims
 
 __all__ = [
     "FAMILY_LABELS",
@@ -355,8 +366,10 @@ def _model_sources(
     annotations: Mapping[str, Any],
     catalog: Catalog,
     warnings: list[str],
+    dra: Sequence[tuple[str, _Named]] = (),
 ) -> list[_ModelSource]:
-    """Every source naming GPUs, in precedence order (see the module docstring)."""
+    """Every source naming GPUs, in precedence order (see the module docstring); ``dra``
+    the models DRA claims name, as ``(token, name)``, read after the node constraints."""
     sources: list[_ModelSource] = []
 
     def add(token: str, raws: list[str], kind: str = "label") -> None:
@@ -385,6 +398,8 @@ def _model_sources(
         found.sort(key=lambda f: f[0])
     for _, token, kind, raws in found:
         add(token, raws, kind)
+    for token, named in dra:
+        sources.append(_ModelSource(token, [named]))
     for key, token in ((HAMI_USE_GPUTYPE, "hami"), (TF_GPU_MODEL, "tensor-fusion")):
         raw = annotations.get(key)
         if isinstance(raw, str):
@@ -573,13 +588,71 @@ def _pool(
     return pool, tokens, f"{token} names NodePool {pool}"
 
 
+def _dra(
+    pod: Mapping[str, Any],
+    claims: Sequence[ClaimSource] | None,
+    catalog: Catalog,
+    warnings: list[str],
+    device_classes: Mapping[str, tuple[str, str]] = DEVICE_CLASSES,
+    can_serve: CanServe | None = None,
+) -> tuple[Demand | None, list[tuple[str, _Named]]]:
+    """The GPUs the pod's DRA claims ask for (`webhook.dra.claim_demand`, summed) and the
+    models they name, as ``(token, name)``; ``(None, [])`` for a pod without claims, or
+    whose claims ask for no GPU or are not given (a warning per claim not given)."""
+    entries = pod_claims(pod)
+    if not entries:
+        return None, []
+    given = {c.entry: c for c in claims or ()}
+    demands = []
+    for entry in entries:
+        source = given.get(entry.entry)
+        if source is None:
+            ref = entry.claim or f"from template {entry.template}"
+            warnings.append(short(
+                f"dra: claim {ref} could not be read; the controller records the intent from it"
+            ))
+            continue
+        found = claim_demand(
+            source, catalog=catalog, device_classes=device_classes, can_serve=can_serve
+        )
+        if found is not None:
+            demands.append(found)
+            warnings.extend(found.warnings)
+    if not demands:
+        return None, []
+    memories = [(d.gpu_memory_mib, f"dra:{d.name}") for d in demands if d.gpu_memory_mib]
+    memory = max(memories) if memories else None
+    demand = Demand(
+        gpus=Decimal(sum(d.gpus for d in demands)),
+        source=tuple(dict.fromkeys(f"dra:{d.name}" for d in demands)),
+        why="DRA " + "; ".join(d.why for d in demands),
+        gpu_memory_mib=memory[0] if memory else None,
+        memory_source=memory[1] if memory else None,
+        vendor=demands[0].vendor,
+    )
+    named = [
+        (f"dra:{d.name}", _Named(
+            GpuMatch(d.model, catalog.gpus.get(d.gpu_id) if d.gpu_id else None, "dra"),
+            f"claim {d.name}",
+        ))
+        for d in demands if d.model is not None
+    ]  # fmt: skip
+    return demand, named
+
+
 def _round(gpus: Decimal) -> Decimal:
     rounded = gpus.quantize(GPU_STEP, rounding=ROUND_CEILING, context=_ROUNDING)
     return gpus if rounded == gpus else rounded  # keep "0.5" as 0.5
 
 
 def infer(
-    pod: Mapping[str, Any], catalog: Catalog | None = None, *, reasons: bool = True
+    pod: Mapping[str, Any],
+    catalog: Catalog | None = None,
+    *,
+    reasons: bool = True,
+    claims: Sequence[ClaimSource] | None = None,
+    device_classes: Mapping[str, tuple[str, str]] = DEVICE_CLASSES,
+    can_serve: CanServe | None = None,
 ) -> Inference:
     """Infer the GPU intent of ``pod``, a Pod as a JSON object (AdmissionReview
     ``request.object``, or a pod template with ``metadata`` and ``spec``), with the
@@ -598,10 +671,17 @@ def infer(
     the webhook sends the intent and the warnings, never the reasons, and leaving their
     text out saves about a tenth of a review. The intent and warnings are the same.
 
+    ``claims`` are the pod's DRA claims resolved to their specs (`webhook.dra.ClaimSource`,
+    matched to ``spec.resourceClaims[]`` by entry name), None when the caller cannot read
+    them (the webhook): see "DRA" in the module docstring. ``device_classes`` and
+    ``can_serve`` go to `webhook.dra.claim_demand` (extra GPU device classes; which
+    ``(model, vendor)`` the cluster can make nodes for).
+
     Raises:
         IntentError: the pod or its containers are not objects/lists, or it asks for GPUs
             through fields none of which parse (``gpu-fraction: "abc"`` alone, a GPU count
-            over `MAX_GPUS`); the message names the field.
+            over `MAX_GPUS`), or its ``spec.resourceClaims`` or a claim given is malformed;
+            the message names the field.
     """
     if not isinstance(pod, Mapping):
         raise IntentError(f"pod must be an object, got {type(pod).__name__}")
@@ -614,6 +694,14 @@ def infer(
 
     user_gpus = _user_gpus(annotations, warnings)
     demand, rules = read_demand(spec, labels, annotations, warnings, explain=reasons)
+    dra_demand, dra_models = _dra(pod, claims, catalog, warnings, device_classes, can_serve)
+    if dra_demand is not None:
+        if demand is not None and demand.gpus != dra_demand.gpus:
+            warnings.append(short(
+                f"gpus: kept {format_gpus(dra_demand.gpus)} ({brief(dra_demand.source[0])}), "
+                f"not {format_gpus(demand.gpus)} ({brief(demand.source[0])})"
+            ))
+        demand, rules = dra_demand, []
     if demand is None and user_gpus is None:
         return Inference(None, (), tuple(warnings))
     if user_gpus is not None:
@@ -641,10 +729,13 @@ def infer(
         memory = demand.gpu_memory_mib
         memory_tokens = [demand.memory_source] if demand.memory_source else []
         memory_why = "MiB per GPU the sharing layer asks for (per device, not times the count)"
+        if dra_demand is not None:
+            memory_why = "MiB per GPU the claim's selectors ask for: the least of the matching GPUs"
 
     constraints = _constraints(spec, warnings)
     sources = _model_sources(
-        _user(annotations, ANNOTATION_MODEL, warnings), constraints, annotations, catalog, warnings
+        _user(annotations, ANNOTATION_MODEL, warnings), constraints, annotations, catalog, warnings,
+        dra_models,
     )
     choice = _choose_model(
         sources, _model_deny(constraints, annotations, catalog), memory, warnings, reasons
