@@ -61,6 +61,7 @@ EXAMPLES = {
     "kai-half-a": ("0.5", "l4"),
     "kai-half-b": ("0.5", "l4"),
     "tf-infer": ("1", "l40s"),
+    "dra-l4": ("1", "l4"),
 }
 
 

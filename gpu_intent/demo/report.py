@@ -21,7 +21,8 @@ from gpu_intent.intent import (
     IntentError,
     format_gpus,
 )
-from webhook.inference import infer_intent
+from webhook.dra import ClaimSource, pod_claims
+from webhook.inference import infer, infer_intent
 
 log = logging.getLogger(__name__)
 
@@ -115,12 +116,30 @@ class Timeline:
     claims: dict[str, dict[str, Any]] = field(default_factory=dict)
     claims_deleted: set[str] = field(default_factory=set)
     claim_of_node: dict[str, str] = field(default_factory=dict)
+    #: DRA claim specs by ``(namespace, name)``: the examples' ResourceClaimTemplates'
+    #: ``spec.spec`` and ResourceClaims' ``spec``, which DRA pods' intents come from.
+    claim_templates: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
     triggers_live: set[str] = field(default_factory=set)
     triggers_seen: set[str] = field(default_factory=set)
     seen_events: set[tuple[str, str, str]] = field(default_factory=set)
 
     def now(self) -> float:
         return time.monotonic() - self.start
+
+    def _infer(self, pod: Mapping[str, Any]) -> Intent | None:
+        """The intent the webhook (or, for a DRA pod, the controller) would find: a DRA
+        pod's claims are read from `claim_templates` (the examples' ResourceClaimTemplates
+        and ResourceClaims). Raises IntentError as `webhook.inference.infer`."""
+        if not (pod.get("spec") or {}).get("resourceClaims"):
+            return infer_intent(pod)
+        namespace = str((pod.get("metadata") or {}).get("namespace", ""))
+        sources = []
+        for ref in pod_claims(pod):
+            name = ref.template or ref.claim
+            spec = self.claim_templates.get((namespace, name or ""))
+            if name and spec is not None:
+                sources.append(ClaimSource(ref.entry, name, spec))
+        return infer(pod, reasons=False, claims=sources).intent
 
     def say(self, who: str, what: str) -> None:
         print(f"{self.now():6.2f}s  {who:<28} {what}", file=self.out, flush=True)
@@ -141,12 +160,22 @@ class Timeline:
                 record.intent = Intent.from_annotations(meta.get("annotations"))
                 record.annotated = record.intent is not None
                 if record.intent is None:
-                    record.intent = infer_intent(pod)
+                    record.intent = self._infer(pod)
             except IntentError:
                 record.intent = None
             self.say(f"pod {key}", f"created; intent: {describe_intent(record.intent)}")
-            if record.intent is not None and not record.annotated:
+            if record.intent is not None and not record.annotated and not spec.get(
+                "resourceClaims"
+            ):
                 self.say(f"pod {key}", "not annotated by the webhook (namespace not opted in)")
+        elif not record.annotated:
+            try:
+                recorded = Intent.from_annotations(meta.get("annotations"))
+            except IntentError:
+                recorded = None
+            if recorded is not None:  # the controller recorded a DRA pod's intent
+                record.intent, record.annotated = recorded, True
+                self.say(f"pod {key}", f"intent recorded: {describe_intent(recorded)}")
         record.pod = pod
         status = ScaleUpStatus.from_annotation(
             (meta.get("annotations") or {}).get("gpu-intent.io/scale-up")

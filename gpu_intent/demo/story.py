@@ -25,6 +25,7 @@ from controller.reconciler import Controller, ControllerConfig
 from controller.triggers import TriggerSettings
 from gpu_intent.demo.manifests import (
     DEFAULT_NODEPOOL,
+    DRA_KINDS,
     GPU_NAME_LABEL,
     TRIGGER_NAMESPACE,
     ExamplesError,
@@ -46,6 +47,7 @@ from gpu_intent.intent import TRIGGER_LABEL
 from sim.cluster import SimCluster
 from sim.nodeclaims import EKS_TIMINGS, KarpenterTimings
 from webhook import server as webhook_server
+from webhook.dra import claim_spec
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +266,13 @@ class _Story:
         api = client.ApiClient(configuration=cfg)
         workloads = [(p, d) for p, d in self.manifests if d["kind"] == "Pod"]
         timeline = Timeline(
-            text, namespaces=frozenset(d["metadata"]["namespace"] for _, d in workloads)
+            text,
+            namespaces=frozenset(d["metadata"]["namespace"] for _, d in workloads),
+            claim_templates={
+                (d["metadata"]["namespace"], d["metadata"]["name"]): claim_spec(d)
+                for _, d in self.manifests
+                if d["kind"] in DRA_KINDS
+            },
         )
         core = client.CoreV1Api(api)
         custom = client.CustomObjectsApi(api)
