@@ -17,7 +17,9 @@ What a Kubernetes 1.34 cluster with NVIDIA's DRA driver (NVIDIA/k8s-dra-driver-g
   ``cudaComputeCapability``, ``driverVersion``, ``cudaDriverVersion``, ``pcieBusID``, plus
   ``index`` and ``minor`` as driver releases up to v25.3 published them; capacity
   ``memory`` in bytes as a BinarySI quantity), owned by the Node; a slice whose node is gone
-  is deleted (the garbage collector's job in a real cluster).
+  is deleted (the garbage collector's job in a real cluster). On an A100 or H100 node
+  labelled ``nvidia.com/mig.config: all-<profile>`` the GPUs are published as MIG devices
+  instead (`mig_devices`), which the ``mig.nvidia.com`` class selects.
 - **The resourceclaim controller** (`ResourceClaimController`, kubernetes
   ``pkg/controller/resourceclaim/controller.go``): a ResourceClaim per pod claim that
   names a ResourceClaimTemplate, recorded in ``pod.status.resourceClaimStatuses``;
@@ -75,6 +77,7 @@ __all__ = [
     "DRIVER",
     "KARPENTER_DRA_ERROR",
     "KARPENTER_DRA_LOG",
+    "MIG_CONFIG_LABEL",
     "POD_CLAIM_NAME_ANNOTATION",
     "ClaimError",
     "DraDriver",
@@ -90,6 +93,7 @@ __all__ = [
     "has_dra_requirements",
     "install_device_classes",
     "kubelet_plugin_app",
+    "mig_devices",
     "nodepool",
     "pod_claims",
     "reserve",
@@ -147,17 +151,24 @@ DEFAULT_DEVICE_CLASSES: Final[tuple[Obj, ...]] = (
 )
 
 
-def nodepool(name: str, requirements: Sequence[Obj], *, node_class: str = "gpu") -> Obj:
+def nodepool(
+    name: str,
+    requirements: Sequence[Obj],
+    *,
+    node_class: str = "gpu",
+    labels: Mapping[str, str] | None = None,
+) -> Obj:
     """A ``karpenter.sh/v1`` NodePool whose nodes are DRA nodes: ``requirements`` (e.g.
-    ``karpenter.k8s.aws/instance-gpu-name In [l4]``), `DRA_NODE_LABELS` on the template,
-    the usual ``nvidia.com/gpu:NoSchedule`` taint, the EC2NodeClass ``node_class``."""
+    ``karpenter.k8s.aws/instance-gpu-name In [l4]``), `DRA_NODE_LABELS` plus ``labels``
+    (e.g. ``{MIG_CONFIG_LABEL: "all-1g.5gb"}``) on the template, the usual
+    ``nvidia.com/gpu:NoSchedule`` taint, the EC2NodeClass ``node_class``."""
     return {
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodePool",
         "metadata": {"name": name},
         "spec": {
             "template": {
-                "metadata": {"labels": dict(DRA_NODE_LABELS)},
+                "metadata": {"labels": {**DRA_NODE_LABELS, **(labels or {})}},
                 "spec": {
                     "nodeClassRef": {
                         "group": "karpenter.k8s.aws",
@@ -224,6 +235,25 @@ def binary_si(value: int) -> str:
     return str(value)
 
 
+def _uuid(prefix: str, key: str) -> str:
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    return f"{prefix}-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+
+def _gpu_attributes(it: InstanceType, model: _GpuModel, node_name: str, index: int) -> Obj:
+    major, minor = it.gpu_compute
+    return {
+        "uuid": {"string": _uuid("GPU", f"{node_name}/{index}")},
+        "productName": {"string": model.product},
+        "brand": {"string": model.brand},
+        "architecture": {"string": model.architecture},
+        "cudaComputeCapability": {"version": f"{major}.{minor}.0"},
+        "driverVersion": {"version": _DRIVER_VERSION},
+        "cudaDriverVersion": {"version": _CUDA_DRIVER_VERSION},
+        "pcieBusID": {"string": f"0000:{0x10 + index:02x}:00.0"},
+    }
+
+
 def gpu_devices(it: InstanceType, node_name: str) -> list[Obj]:
     """The ResourceSlice devices NVIDIA's kubelet plugin publishes for the GPUs of an
     ``it`` node (empty without GPUs): ``gpu-0`` .. ``gpu-<n-1>``, each with the
@@ -232,21 +262,11 @@ def gpu_devices(it: InstanceType, node_name: str) -> list[Obj]:
     model = _MODELS.get(it.gpu_name)
     if not it.gpu_count or model is None:
         return []
-    major, minor = it.gpu_compute
     devices: list[Obj] = []
     for index in range(it.gpu_count):
-        digest = hashlib.sha256(f"{node_name}/{index}".encode()).hexdigest()
-        uuid = f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
         attributes = {
             "type": {"string": "gpu"},
-            "uuid": {"string": uuid},
-            "productName": {"string": model.product},
-            "brand": {"string": model.brand},
-            "architecture": {"string": model.architecture},
-            "cudaComputeCapability": {"version": f"{major}.{minor}.0"},
-            "driverVersion": {"version": _DRIVER_VERSION},
-            "cudaDriverVersion": {"version": _CUDA_DRIVER_VERSION},
-            "pcieBusID": {"string": f"0000:{0x10 + index:02x}:00.0"},
+            **_gpu_attributes(it, model, node_name, index),
             "index": {"int": index},
             "minor": {"int": index},
         }
@@ -258,6 +278,83 @@ def gpu_devices(it: InstanceType, node_name: str) -> list[Obj]:
                 "capacity": {"memory": {"value": memory}},
             }
         )
+    return devices
+
+
+#: The GPU Operator's MIG manager label; ``all-<profile>`` partitions every GPU alike
+#: (NVIDIA/mig-parted default config).
+MIG_CONFIG_LABEL: Final = "nvidia.com/mig.config"
+
+
+@dataclass(frozen=True, slots=True)
+class _MigProfile:
+    """One GPU instance profile: NVML's profile id, how many fit a GPU (placements start
+    at ``i * size`` memory slices), slices each, memory (MiB) and multiprocessors."""
+
+    profile_id: int
+    count: int
+    size: int
+    memory_mib: int
+    multiprocessors: int
+
+
+#: MIG profiles by the catalog's GPU name. A100-SXM4-40GB from ``nvidia-smi mig -lgip``
+#: (NVIDIA's MIG user guide); H100 80GB HBM3 approximate.
+_MIG_PROFILES: Final[dict[str, dict[str, _MigProfile]]] = {
+    "a100": {
+        "1g.5gb": _MigProfile(19, 7, 1, 4864, 14),
+        "2g.10gb": _MigProfile(14, 3, 2, 9984, 28),
+        "3g.20gb": _MigProfile(9, 2, 4, 20096, 42),
+        "4g.20gb": _MigProfile(5, 1, 4, 20096, 56),
+        "7g.40gb": _MigProfile(0, 1, 8, 40320, 98),
+    },
+    "h100": {
+        "1g.10gb": _MigProfile(19, 7, 1, 9856, 16),
+        "2g.20gb": _MigProfile(14, 3, 2, 19968, 32),
+        "3g.40gb": _MigProfile(9, 2, 4, 40192, 60),
+        "4g.40gb": _MigProfile(5, 1, 4, 40192, 64),
+        "7g.80gb": _MigProfile(0, 1, 8, 80896, 132),
+    },
+}
+
+
+def mig_devices(it: InstanceType, node_name: str, mig_config: str) -> list[Obj] | None:
+    """The MIG devices the kubelet plugin publishes instead of whole GPUs on a node whose
+    MIG manager applied ``all-<profile>`` (`MIG_CONFIG_LABEL`): per GPU, ``count``
+    devices named ``gpu-<minor>-mig-<profileId>-<start>-<size>`` (``MigDeviceInfo``), type
+    ``mig``, ``profile``, ``parentUUID`` and the parent's attributes; capacity
+    ``memory``, ``multiprocessors`` and one ``memorySlice<i>`` per slice held. None when
+    the GPU has no such profile (the GPUs stay whole). Copy/decoder/encoder engine
+    capacities are not modelled."""
+    model = _MODELS.get(it.gpu_name)
+    profile_name = mig_config.removeprefix("all-")
+    profile = _MIG_PROFILES.get(it.gpu_name, {}).get(profile_name)
+    if model is None or profile is None or not mig_config.startswith("all-"):
+        return None
+    devices: list[Obj] = []
+    for index in range(it.gpu_count):
+        parent = _gpu_attributes(it, model, node_name, index)
+        for n in range(profile.count):
+            start = n * profile.size
+            capacity: Obj = {
+                "memory": {"value": binary_si(profile.memory_mib * 1024 * 1024)},
+                "multiprocessors": {"value": str(profile.multiprocessors)},
+            }
+            for i in range(start, start + profile.size):
+                capacity[f"memorySlice{i}"] = {"value": "1"}
+            devices.append(
+                {
+                    "name": f"gpu-{index}-mig-{profile.profile_id}-{start}-{profile.size}",
+                    "attributes": {
+                        "type": {"string": "mig"},
+                        **parent,
+                        "uuid": {"string": _uuid("MIG", f"{node_name}/{index}/{start}")},
+                        "parentUUID": parent["uuid"],
+                        "profile": {"string": profile_name},
+                    },
+                    "capacity": capacity,
+                }
+            )
     return devices
 
 
@@ -277,7 +374,8 @@ def resource_slice(node: Mapping[str, Any], generation: int = 1) -> Obj | None:
         return None
     it = _instance_type(node)
     name = str(meta.get("name", ""))
-    devices = gpu_devices(it, name) if it is not None else []
+    mig = (meta.get("labels") or {}).get(MIG_CONFIG_LABEL)
+    devices = [] if it is None else (mig and mig_devices(it, name, mig)) or gpu_devices(it, name)
     if not devices:
         return None
     owner = {"apiVersion": "v1", "kind": "Node", "name": name, "uid": meta.get("uid", ""),
@@ -508,7 +606,8 @@ DeviceId = tuple[str, str, str]  # (driver, pool, device)
 class DraState:
     """What the DynamicResources plugin reads in one scheduling cycle: DeviceClasses by
     name, claims by (namespace, name), each node's published devices (driver, pool,
-    device) and the devices allocated to any claim."""
+    device) in slice order (slices by name; the allocator tries them in that order) and
+    the devices allocated to any claim."""
 
     classes: dict[str, Obj] = field(default_factory=dict)
     claims: dict[tuple[str, str], Obj] = field(default_factory=dict)
@@ -537,8 +636,6 @@ class DraState:
             meta = claim["metadata"]
             state.claims[(meta.get("namespace", ""), meta["name"])] = claim
             state.allocated |= _results(claim)
-        for node_devices in state.devices.values():
-            node_devices.sort(key=lambda d: d[0])
         return state
 
     @classmethod
@@ -890,12 +987,13 @@ class DraDriver:
 
 
 def _generate_name(pod: str, claim: str) -> str:
-    """The controller's ``generateName``: ``<pod>-<claim>-``, both parts shortened in
-    proportion when together longer than 57 characters."""
-    base = f"{pod}-{claim}"
-    if len(base) > 57:
-        base = f"{pod[: len(pod) * 57 // len(base)]}-{claim[: len(claim) * 57 // len(base)]}"
-    return base + "-"
+    """The controller's ``generateName``: ``<pod>-<claim>-``; when that is longer than 57
+    characters, both names cut in proportion and joined by one hyphen (no trailing one),
+    exactly as ``handleClaim`` computes it."""
+    name = f"{pod}-{claim}-"
+    if len(name) > 57:
+        name = f"{pod[: len(pod) * 57 // len(name)]}-{claim[: len(claim) * 57 // len(name)]}"
+    return name
 
 
 def _pod_done(pod: Mapping[str, Any]) -> bool:
@@ -1034,6 +1132,10 @@ class ResourceClaimController:
         return created
 
     def _sync_claim(self, claim: Obj, pods: Mapping[str, Obj]) -> None:
+        """``syncClaim``: drop reservations of pods gone, replaced or done; deallocate
+        (only a claim with the delete-protection finalizer, i.e. allocated by the
+        scheduler) when the last one goes or when the claim is being deleted; then delete
+        an unreserved claim generated for a pod that is done, replaced or gone."""
         meta, status = claim["metadata"], claim.get("status") or {}
         namespace, name = meta.get("namespace", ""), meta["name"]
         reserved = list(status.get("reservedFor") or ())
@@ -1042,28 +1144,33 @@ class ResourceClaimController:
             if r.get("resource") != "pods"
             or ((pod := pods.get(str(r.get("uid")))) is not None and not _pod_done(pod))
         ]  # fmt: skip
-        unused = not valid and (
-            len(valid) < len(reserved)
-            or (meta.get("deletionTimestamp") and status.get("allocation"))
-        )
+        protected = DELETE_PROTECTION_FINALIZER in (meta.get("finalizers") or ())
         try:
-            if len(valid) < len(reserved) or unused:
+            if len(valid) < len(reserved) or (
+                protected and meta.get("deletionTimestamp") and not valid
+            ):
 
                 def release(obj: Obj) -> None:
                     st = obj.setdefault("status", {})
                     st["reservedFor"] = valid
                     if not valid:
                         st.pop("reservedFor")
-                        st.pop("allocation", None)
+                        if protected:  # allocated by the scheduler: "deallocate"
+                            st.pop("allocation", None)
 
-                self._store.mutate(RESOURCECLAIMS, namespace, name, release, subresource="status")
-                if not valid:
+                updated = self._store.mutate(
+                    RESOURCECLAIMS, namespace, name, release, subresource="status"
+                )
+                if protected and not (updated.get("status") or {}).get("allocation"):
                     log.info("deallocated resourceclaim %s/%s: no pod reserves it", namespace, name)
                     self._store.mutate(RESOURCECLAIMS, namespace, name, _drop_finalizer)
             if valid:
                 return
-            owner = next((o for o in meta.get("ownerReferences") or ()
-                          if o.get("kind") == "Pod" and o.get("controller")), None)  # fmt: skip
+            owner = next(
+                (o for o in meta.get("ownerReferences") or ()
+                 if o.get("apiVersion") == "v1" and o.get("kind") == "Pod" and o.get("controller")),
+                None,
+            )  # fmt: skip
             if owner is None or meta.get("deletionTimestamp"):
                 return
             pod = pods.get(str(owner.get("uid")))

@@ -111,6 +111,55 @@ def test_devices_are_what_the_driver_publishes() -> None:
     assert dra.gpu_devices(by_name("m5.large"), "n") == []
 
 
+def test_mig_nodes_publish_mig_devices_the_mig_class_selects() -> None:
+    devices = dra.mig_devices(by_name("p4d.24xlarge"), "node-a", "all-1g.5gb")
+    assert devices is not None and len(devices) == 8 * 7
+    first = devices[0]
+    assert first["name"] == "gpu-0-mig-19-0-1"
+    assert devices[6]["name"] == "gpu-0-mig-19-6-1"
+    assert first["attributes"]["profile"] == {"string": "1g.5gb"}
+    assert first["attributes"]["productName"] == {"string": "NVIDIA A100-SXM4-40GB"}
+    assert first["capacity"]["memory"] == {"value": "4864Mi"}
+    assert first["capacity"]["memorySlice0"] == {"value": "1"}
+    gpu, mig = (c["spec"]["selectors"][0]["cel"]["expression"] for c in dra.DEFAULT_DEVICE_CLASSES)
+    assert dra.device_matches(mig, dra.DRIVER, first)
+    assert not dra.device_matches(gpu, dra.DRIVER, first)
+    three = dra.mig_devices(by_name("p4d.24xlarge"), "n", "all-3g.20gb")
+    assert three is not None and [d["name"] for d in three[:2]] == [
+        "gpu-0-mig-9-0-4",
+        "gpu-0-mig-9-4-4",
+    ]
+    assert dra.mig_devices(by_name("g6.xlarge"), "n", "all-1g.5gb") is None  # no MIG on L4
+    assert dra.mig_devices(by_name("p4d.24xlarge"), "n", "all-disabled") is None
+
+    state = _state(instance_type="p4d.24xlarge")
+    assert not state.devices["node-a"][0][0][2].startswith("gpu-0-mig")  # no label: whole GPUs
+    node = {
+        "metadata": {
+            "name": "node-a",
+            "uid": "u",
+            "labels": {
+                **dra.DRA_NODE_LABELS,
+                dra.MIG_CONFIG_LABEL: "all-1g.5gb",
+                "node.kubernetes.io/instance-type": "p4d.24xlarge",
+            },
+        }
+    }
+    rs = dra.resource_slice(node)
+    assert rs is not None
+    state = dra.DraState.build(dra.DEFAULT_DEVICE_CLASSES, [rs], [])
+    claim = _claim(
+        "mig",
+        {"name": "slice", "exactly": {"deviceClassName": "mig.nvidia.com", "count": 2,
+         "selectors": [{"cel": {"expression":
+                        "device.attributes['gpu.nvidia.com'].profile == '1g.5gb'"}}]}},
+    )  # fmt: skip
+    assert _devices(dra.allocate([claim], "node-a", state), "mig") == [
+        "gpu-0-mig-19-0-1",
+        "gpu-0-mig-19-1-1",
+    ]
+
+
 # -- allocation (pure) ------------------------------------------------------------------
 
 
