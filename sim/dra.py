@@ -1095,7 +1095,7 @@ class ResourceClaimController:
             key = (meta["uid"], template_name)
             if key not in self._warned:
                 self._warned.add(key)
-                log.warning("pod %s/%s: resource claim template %q: %s", namespace, meta["name"],
+                log.warning('pod %s/%s: resource claim template "%s": %s', namespace, meta["name"],
                             template_name, e.message)  # fmt: skip
             return None
         template_meta = (template.get("spec") or {}).get("metadata") or {}

@@ -290,6 +290,46 @@ def test_pod_claims_resolve_names_and_say_why_not() -> None:
     )
 
 
+def _finished_pod_and_its_claim(store: sim_store.Store, phase: str) -> None:
+    store.create(sim_store.NAMESPACES, {"metadata": {"name": NS}})
+    pod = store.create(
+        sim_store.PODS,
+        {"metadata": {"name": "job", "namespace": NS},
+         "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "i"}],
+                  "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]},
+         "status": {"phase": phase}},
+    )  # fmt: skip
+    claim = _claim("job-gpu-abcde", _exactly("gpu"))
+    claim["metadata"] = {
+        "name": "job-gpu-abcde",
+        "namespace": NS,
+        "finalizers": [dra.DELETE_PROTECTION_FINALIZER],
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "job",
+                             "uid": pod["metadata"]["uid"], "controller": True}],
+    }  # fmt: skip
+    created = store.create(sim_store.RESOURCECLAIMS, claim)
+    created["status"] = {
+        "allocation": dra.allocation_status([("gpu", (dra.DRIVER, "node-a", "gpu-0"))], "node-a"),
+        "reservedFor": [{"resource": "pods", "name": "job", "uid": pod["metadata"]["uid"]}],
+    }
+    store.update(sim_store.RESOURCECLAIMS, created, subresource="status")
+
+
+def test_a_finished_pods_claim_is_deallocated_and_deleted() -> None:
+    store = sim_store.Store()
+    _finished_pod_and_its_claim(store, "Succeeded")
+    dra.ResourceClaimController(store).sync_once()
+    assert store.list(sim_store.RESOURCECLAIMS)[0] == []
+
+
+def test_a_running_pods_claim_is_kept() -> None:
+    store = sim_store.Store()
+    _finished_pod_and_its_claim(store, "Running")
+    dra.ResourceClaimController(store).sync_once()
+    (claim,) = store.list(sim_store.RESOURCECLAIMS)[0]
+    assert claim["status"]["allocation"] and claim["status"]["reservedFor"]
+
+
 # -- the cluster ------------------------------------------------------------------------
 
 
@@ -651,6 +691,7 @@ async def test_a_dra_node_comes_up_without_nvidia_gpu_and_publishes_its_gpus(sim
         {"resource": "pods", "name": "on-l4", "uid": pod["metadata"]["uid"]}
     ]
     assert dra.DELETE_PROTECTION_FINALIZER in claim["metadata"]["finalizers"]
+    assert len(await sim.nodeclaims()) == 1  # the trigger fits the uninitialized NodeClaim
     typed = await sim.resource.read_namespaced_resource_claim(claim["metadata"]["name"], NS)
     assert typed.status.allocation.devices.results[0].device == "gpu-0"
 
