@@ -80,6 +80,7 @@ __all__ = [
     "MIG_CONFIG_LABEL",
     "POD_CLAIM_NAME_ANNOTATION",
     "ClaimError",
+    "DeviceId",
     "DraDriver",
     "DraState",
     "Quantity",
