@@ -8,6 +8,7 @@ The CEL helper and the allocator are tested as pure functions; everything else r
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -495,6 +496,29 @@ async def test_resource_api_round_trips_through_resource_v1_api(sim: Dra) -> Non
     await resource.delete_namespaced_resource_claim("c1", NS)
     await resource.delete_resource_slice("manual")
     assert (await resource.list_resource_slice()).items == []
+
+
+async def test_pod_claims_are_validated(sim: Dra) -> None:
+    with pytest.raises(ApiException) as e:
+        await sim.create_pod(
+            "bad",
+            container={"resources": {"claims": [{"name": "gpu"}]}},
+            resourceClaims=[{"name": "other", "resourceClaimName": "c"}],
+        )
+    assert e.value.status == 422
+    assert json.loads(e.value.body)["message"] == (
+        'Pod "bad" is invalid: spec.containers[0].resources.claims[0]: Not found: "gpu": '
+        "must be one of the names in pod.spec.resourceClaims: other"
+    )
+    with pytest.raises(ApiException) as e:
+        await sim.create_pod(
+            "bad", resourceClaims=[{"name": "gpu", "resourceClaimName": "c",
+                                    "resourceClaimTemplateName": "t"}]
+        )  # fmt: skip
+    assert e.value.status == 422 and "at most one of `resourceClaimName`" in str(e.value.body)
+    with pytest.raises(ApiException) as e:
+        await sim.create_pod("bad", resourceClaims=[{"name": "gpu"}])
+    assert e.value.status == 422 and "must specify one of: `resourceClaimName`" in str(e.value.body)
 
 
 async def test_default_device_classes_exist(sim: Dra) -> None:
