@@ -3,7 +3,9 @@
 One object starts, on loopback, everything a GPU cluster with Karpenter has that
 gpu-intent interacts with: the API server over HTTPS (with mutating admission and the
 Karpenter CRDs' validation), kube-scheduler and the GPU-sharing layers' schedulers (each
-its own loop), a kubelet, and Karpenter. Clients reach it only through its
+its own loop), a kubelet, Karpenter, and Dynamic Resource Allocation (the
+``resource.k8s.io/v1`` API with NVIDIA's DeviceClasses, its DRA kubelet plugin's
+ResourceSlices and the resourceclaim controller; `sim.dra`). Clients reach it only through its
 kubeconfig, exactly as they would a real cluster.
 
 Usage::
@@ -21,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 
 from sim.admission import Admission
+from sim.dra import DraDriver, ResourceClaimController, install_device_classes
 from sim.faults import Faults
 from sim.karpenter import KarpenterSim
 from sim.kubelet import SimKubelet
@@ -73,6 +76,10 @@ class SimCluster:
         )
         self.scheduler = SimScheduler(self.store, resync_seconds=scheduler_resync_seconds)
         self.kubelet = SimKubelet(self.store)
+        #: NVIDIA's DRA kubelet plugin on DRA nodes (ResourceSlices) and
+        #: kube-controller-manager's resourceclaim controller (`sim.dra`).
+        self.dra_driver = DraDriver(self.store)
+        self.resourceclaims = ResourceClaimController(self.store)
         self.karpenter = (
             KarpenterSim(self.store, timings=karpenter or KarpenterTimings())
             if karpenter_enabled
@@ -88,12 +95,15 @@ class SimCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         for name in SYSTEM_NAMESPACES:
             self.store.create(NAMESPACES, {"metadata": {"name": name}})
+        install_device_classes(self.store)  # NVIDIA's DRA driver chart
         self.url = await self.api.start()
         self.api.write_kubeconfig(self.kubeconfig)
         # One task per scheduler, as kube-scheduler and the sharing layers' schedulers are
         # separate processes: each has its own timer and view (see sim.scheduler).
         components = [(f"scheduler/{n}", loop) for n, loop in self.scheduler.loops().items()]
         components.append(("kubelet", self.kubelet.run()))
+        components.append(("dra-driver", self.dra_driver.run()))
+        components.append(("resourceclaim-controller", self.resourceclaims.run()))
         if self.karpenter is not None:
             components.append(("karpenter", self.karpenter.run()))
         for name, coro in components:

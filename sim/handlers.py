@@ -34,6 +34,7 @@ from sim.store import (
     NAMESPACES,
     PODS,
     RESOURCE_TYPES,
+    RESOURCECLAIMS,
     SECRETS,
     BadRequest,
     Conflict,
@@ -69,8 +70,11 @@ __all__ = [
 
 #: Types served by CRDs (no strategic merge patch, status dropped on create).
 CUSTOM_TYPES = frozenset(rt for rt in RESOURCE_TYPES if rt.group == "karpenter.sh")
-#: Types whose registry answers a completed delete with the object (``ReturnDeletedObject``).
-RETURN_DELETED = frozenset({PODS, NAMESPACES})
+#: Types whose registry answers a completed delete with the object (``ReturnDeletedObject``;
+#: the ``resource.k8s.io`` registries in kubernetes ``pkg/registry/resource`` set it too).
+RETURN_DELETED = frozenset(
+    {PODS, NAMESPACES, *(rt for rt in RESOURCE_TYPES if rt.group == "resource.k8s.io")}
+)
 #: Types whose PUT creates a missing object (``AllowCreateOnUpdate``).
 CREATE_ON_UPDATE = frozenset({EVENTS, LEASES})
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
@@ -194,6 +198,9 @@ def _validate_builtin(rt: ResourceType, obj: Obj, old: Obj | None) -> None:
     elif rt is SECRETS:
         errors = prepare_secret(obj, old)
         _invalid(rt, obj, (validate_name(rt, obj["metadata"]) if old is None else []) + errors)
+    elif rt is RESOURCECLAIMS and old is not None and obj.get("spec") != old.get("spec"):
+        # ValidateResourceClaimUpdate: the spec of a ResourceClaim is immutable.
+        _invalid(rt, obj, [FieldError.invalid("spec", obj.get("spec"), "field is immutable")])
     elif old is None:
         _invalid(rt, obj, validate_name(rt, obj["metadata"]))
 
@@ -243,7 +250,9 @@ async def create(request: web.Request, ctx: ApiContext, t: Target) -> web.Respon
     _validate_builtin(rt, obj, None)
     if rt is PODS:
         obj["status"] = pod_status_on_create(obj)
-    elif rt in CUSTOM_TYPES:
+    elif rt in CUSTOM_TYPES or rt is RESOURCECLAIMS:
+        # A ResourceClaim's status is written only through /status (its registry's
+        # PrepareForCreate, kubernetes pkg/registry/resource/resourceclaim/strategy.go).
         obj.pop("status", None)
     elif rt is NAMESPACES:
         meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta.get("name", "")

@@ -29,6 +29,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 from gpu_intent.quantity import parse_quantity
+from sim import dra
 from sim import nodeclaims as lifecycle
 from sim.affinity import anti_affinity_conflict
 from sim.catalog import (
@@ -474,12 +475,19 @@ def solve(snapshot: Snapshot) -> Results:
     those still fitting all its pods), else to a new NodeClaim from the first NodePool (by
     weight desc, name) it tolerates and is compatible with, that some instance type fits
     and whose ``spec.limits`` leave room. Failing that, after preference relaxation, the
-    pod gets the error Karpenter would report.
+    pod gets the error Karpenter would report. A pod with DRA requirements
+    (`sim.dra.has_dra_requirements`) is not scheduled at all: it gets
+    `sim.dra.KARPENTER_DRA_ERROR` (kubernetes-sigs/karpenter#2384).
     """
     solver = _Solver(snapshot)
     errors: dict[str, str] = {}
     queue = []
     for pod in snapshot.pods:
+        if dra.has_dra_requirements(pod):
+            # kubernetes-sigs/karpenter#2384: Scheduler.add returns a DRAError first (with
+            # the default IgnoreDRARequests), never relaxed; such a pod gets no capacity.
+            errors[_pod_key(pod)] = dra.KARPENTER_DRA_ERROR
+            continue
         try:
             queue.append((pod, pod_requests(pod)))
         except ValueError as e:
@@ -714,7 +722,10 @@ class KarpenterSim:
         by_key = {_pod_key(p): p for p in pending}
         for key, error in results.errors.items():
             if self._dedupe_ok("FailedScheduling", by_key[key], 300.0):
-                log.info("could not schedule pod %s: %s", key, error)
+                if error == dra.KARPENTER_DRA_ERROR:  # Results.Record: Info, not Error
+                    log.info("%s, pod %s", dra.KARPENTER_DRA_LOG, key)
+                else:
+                    log.info("could not schedule pod %s: %s", key, error)
                 self._event(
                     by_key[key], "Warning", "FailedScheduling", f"Failed to schedule pod, {error}"
                 )

@@ -41,7 +41,7 @@ from typing import Any, Final
 
 from gpu_intent.intent import IntentError
 from gpu_intent.quantity import parse_quantity
-from sim import hami
+from sim import dra, hami
 from sim.catalog import CAPACITY_TYPES, ZONES, InstanceType, format_resources
 from sim.requirements import NODEPOOL_LABEL, from_node_selector
 from sim.scheduling import is_terminal, pod_requests
@@ -486,7 +486,9 @@ def device_plugin_pod(node: Obj, now: datetime) -> dict[str, Any]:
     kube-proxy, the CNI); they are what makes a node "one that runs pods" for required
     pod anti-affinity (`sim.affinity`). No requests, so no capacity is taken."""
     labels = (node.get("metadata") or {}).get("labels") or {}
-    app = "hami-device-plugin" if hami.runs_hami(labels) else "nvidia-device-plugin-daemonset"
+    app = dra.kubelet_plugin_app(labels) or (
+        "hami-device-plugin" if hami.runs_hami(labels) else "nvidia-device-plugin-daemonset"
+    )
     name = str(node["metadata"]["name"])
     return {
         "metadata": {
@@ -904,7 +906,10 @@ class Lifecycle:
 
         The device plugin is HAMi's on a node its DaemonSet selects (`sim.hami`: labels
         ``gpu: "on"``, e.g. from the NodePool template), advertising GPUs x 10
-        ``nvidia.com/gpu``; NVIDIA's elsewhere, one per GPU. The NodeClaim keeps the
+        ``nvidia.com/gpu``; none on a DRA node (`sim.dra.DRA_NODE_LABELS`), whose GPUs are
+        published as a ResourceSlice instead, so a NodeClaim that asked for
+        ``nvidia.com/gpu`` stays Initialized Unknown/``ResourceNotRegistered`` there; NVIDIA's
+        elsewhere, one per GPU. The NodeClaim keeps the
         instance type's estimate (one per GPU), as Karpenter's launch computes it."""
         spec, status = claim.get("spec") or {}, claim.get("status") or {}
         node_name = str(status.get("nodeName", ""))
@@ -935,7 +940,13 @@ class Lifecycle:
             labels = node["metadata"].get("labels") or {}
             for key in ("capacity", "allocatable"):
                 estimate = (status.get(key) or {}).get("nvidia.com/gpu")
-                if estimate is not None and "nvidia.com/gpu" not in unregistered:
+                # A DRA node (`sim.dra.runs_dra`) runs NVIDIA's DRA kubelet plugin, not the
+                # device plugin: it never advertises nvidia.com/gpu.
+                if (
+                    estimate is not None
+                    and "nvidia.com/gpu" not in unregistered
+                    and not dra.runs_dra(labels)
+                ):
                     count = estimate
                     if it is not None and it.gpu_count:
                         count = str(hami.advertised_gpus(it.gpu_count, labels))

@@ -19,7 +19,17 @@ default plugins), stopping at the first failure:
    for sharing-layer pods the resources HAMi's extender manages (``nvidia.com/gpu``,
    ``nvidia.com/gpumem``, ...) are skipped (``ignoredByScheduler``);
 5. GPU devices (`gpushare.place`): HAMi's extender / KAI / tensor-fusion, with HAMi's
-   reasons (``NodeInsufficientDevice``, ``1/1 CardInsufficientMemory``, ...).
+   reasons (``NodeInsufficientDevice``, ``1/1 CardInsufficientMemory``, ...);
+6. DynamicResources (kubernetes ``pkg/scheduler/framework/plugins/dynamicresources``), for
+   a pod with ``spec.resourceClaims``: every claim must exist first (PreEnqueue: until
+   then the pod is not tried at all and gets no condition, only a log line with the
+   plugin's message, e.g. ``pod "ns/p": ResourceClaim not created yet``); on each node
+   the unallocated claims must be allocatable from the node's free ResourceSlice devices
+   (`sim.dra.allocate`) -> ``cannot allocate all claims``, and an allocated claim must
+   be for this node -> ``resourceclaim not available on the node``; both
+   UnschedulableAndUnresolvable. Before the bind (PreBind) each claim gets the
+   delete-protection finalizer, ``status.allocation`` and the pod in
+   ``status.reservedFor``.
 
 Pods are tried in PrioritySort order (``spec.priority`` descending, then creation time);
 among the nodes that fit, the one with the most GPU share allocated wins, then the first
@@ -68,6 +78,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import random
@@ -79,7 +90,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Final
 
-from sim import gpushare, hami, kai
+from sim import dra, gpushare, hami, kai
 from sim.events import EventRecorder
 from sim.podview import PodView
 from sim.scheduling import (
@@ -96,6 +107,8 @@ from sim.store import (
     NAMESPACES,
     NODES,
     PODS,
+    RESOURCECLAIMS,
+    RESOURCESLICES,
     AlreadyExists,
     ApiError,
     Conflict,
@@ -275,6 +288,8 @@ def _signature(info: _PodInfo) -> str:
             spec.get("tolerations"),
             spec.get("nodeSelector"),
             (spec.get("affinity") or {}).get("nodeAffinity"),
+            spec.get("resourceClaims"),
+            (info.pod.get("status") or {}).get("resourceClaimStatuses"),
         ],
         sort_keys=True,
         default=str,
@@ -376,7 +391,9 @@ class SimScheduler:
             except Exception:
                 log.exception("%s pass failed; retrying in 1s", name)
                 wait = 1.0
-            await self._store.wait_changed(wait, since=seen, kinds=(PODS, NODES))
+            await self._store.wait_changed(
+                wait, since=seen, kinds=(PODS, NODES, RESOURCECLAIMS, RESOURCESLICES)
+            )
 
     def schedule_once(self, names: Iterable[str] | None = None) -> int:
         """One pass of each scheduler in ``names`` (default: all), one after another,
@@ -407,12 +424,17 @@ class SimScheduler:
         )
         ordered = sorted(nodes.values(), key=lambda n: n.name)
         failed: dict[str, str] = {}
+        state = (
+            dra.DraState.load(self._store)
+            if any((p.pod.get("spec") or {}).get("resourceClaims") for p in pending)
+            else None
+        )
         for info in pending:
             if (info.pod.get("spec") or {}).get("schedulingGates"):
                 self._mark(info.pod, "SchedulingGated", _GATED_MESSAGE, event=False)
                 yield False
             else:
-                yield self._schedule(info, ordered, failed)
+                yield self._schedule(info, ordered, failed, state)
 
     @staticmethod
     def _serves(pod: Mapping[str, Any], name: str) -> bool:
@@ -493,10 +515,27 @@ class SimScheduler:
         self._cache[uid] = (rv, info)
         return info
 
-    def _schedule(self, info: _PodInfo, nodes: list[_NodeInfo], failed: dict[str, str]) -> bool:
+    def _schedule(
+        self,
+        info: _PodInfo,
+        nodes: list[_NodeInfo],
+        failed: dict[str, str],
+        state: dra.DraState | None = None,
+    ) -> bool:
         """Bind ``info`` or mark it unschedulable. ``failed`` maps the `_signature` of
         pods found unschedulable in this pass (since the last bind) to their message:
-        an identical pod gets the same verdict without filtering every node again."""
+        an identical pod gets the same verdict without filtering every node again.
+        ``state`` is the DRA view of this pass (None when no pending pod has claims)."""
+        claims: list[Obj] = []
+        if state is not None and (info.pod.get("spec") or {}).get("resourceClaims"):
+            try:
+                claims = dra.pod_claims(info.pod, state)
+            except dra.ClaimError as e:  # PreEnqueue: not tried, no condition written
+                key = (info.pod["metadata"]["uid"], str(e))
+                if key not in self._warned:
+                    self._warned.add(key)
+                    log.info("%s waits: %s", _ref(info.pod), e)
+                return False
         if not nodes:
             self._mark(info.pod, "Unschedulable", NO_NODES)
             return False
@@ -506,8 +545,16 @@ class SimScheduler:
             return False
         statuses: dict[str, _Status] = {}
         feasible: list[_NodeInfo] = []
+        allocations: dict[str, dict[tuple[str, str], list[tuple[str, dra.DeviceId]]]] = {}
         for node in nodes:
             status = _filter(info, node)
+            if status is None and claims:
+                assert state is not None
+                allocated = dra.allocate(claims, node.name, state)
+                if isinstance(allocated, str):
+                    status = _Status((allocated,), True)
+                else:
+                    allocations[node.name] = allocated
             if status is None:
                 feasible.append(node)
             else:
@@ -525,12 +572,57 @@ class SimScheduler:
             placed = gpushare.place(info.demand, best.devices, best.gpu_used)
             assert not isinstance(placed, gpushare.NoFit)  # the filter just placed it
             assignment = placed
+        if claims:
+            assert state is not None
+            if not self._reserve_claims(info.pod, claims, allocations[best.name], best.name, state):
+                return False
         if not self._bind(info.pod, best.name, assignment):
             return False
         best.add(info)
         for index, share in assignment:
             best.gpu_used[index] += share
         failed.clear()  # the node changed: earlier verdicts may no longer hold
+        return True
+
+    def _reserve_claims(
+        self,
+        pod: Obj,
+        claims: Sequence[Obj],
+        allocations: Mapping[tuple[str, str], list[tuple[str, dra.DeviceId]]],
+        node: str,
+        state: dra.DraState,
+    ) -> bool:
+        """DynamicResources PreBind: for each claim, the delete-protection finalizer first
+        (a metadata write) if it is being allocated, then one status write with
+        ``allocation`` (`sim.dra.allocation_status`) and the pod in ``reservedFor``;
+        False (logged) if a write fails."""
+        for claim in claims:
+            meta = claim["metadata"]
+            key = (meta.get("namespace", ""), meta["name"])
+            picks = allocations.get(key)
+            allocation = dra.allocation_status(picks, node) if picks is not None else None
+            try:
+                if allocation is not None and dra.DELETE_PROTECTION_FINALIZER not in (
+                    meta.get("finalizers") or ()
+                ):
+                    self._store.mutate(
+                        RESOURCECLAIMS, key[0], key[1],
+                        lambda obj: obj["metadata"].setdefault("finalizers", []).append(
+                            dra.DELETE_PROTECTION_FINALIZER
+                        ),
+                    )  # fmt: skip
+                updated = self._store.mutate(
+                    RESOURCECLAIMS, key[0], key[1],
+                    functools.partial(dra.reserve, pod=pod, allocation=allocation),
+                    subresource="status",
+                )  # fmt: skip
+            except ApiError as e:
+                log.warning("reserving claim %s/%s for %s failed: %s", *key, _ref(pod), e.message)
+                return False
+            state.commit(updated)
+            if picks is not None:
+                devices = ", ".join(d[2] for _, d in picks)
+                log.info("allocated claim %s/%s on %s: %s", key[0], key[1], node, devices)
         return True
 
     def _recorder(self, pod: Mapping[str, Any]) -> EventRecorder:

@@ -54,6 +54,8 @@ def json_copy(value: _T) -> _T:
     if isinstance(value, list):
         return cast(_T, [json_copy(v) for v in value])
     return value
+
+
 #: A selector compiled to a predicate over an object (see `sim.selectors`).
 Predicate = Callable[[Mapping[str, Any]], bool]
 #: ``fn(old, new)`` raising `Invalid`; ``old`` is None on create.
@@ -100,6 +102,19 @@ MUTATING_WEBHOOK_CONFIGURATIONS = ResourceType(
     namespaced=False,
 )
 LEASES = ResourceType("coordination.k8s.io", "v1", "Lease", "leases", namespaced=True)
+# Dynamic Resource Allocation, GA in Kubernetes 1.34 (see `sim.dra`).
+DEVICECLASSES = ResourceType(
+    "resource.k8s.io", "v1", "DeviceClass", "deviceclasses", namespaced=False
+)
+RESOURCESLICES = ResourceType(
+    "resource.k8s.io", "v1", "ResourceSlice", "resourceslices", namespaced=False
+)
+RESOURCECLAIMS = ResourceType(
+    "resource.k8s.io", "v1", "ResourceClaim", "resourceclaims", namespaced=True, has_status=True
+)
+RESOURCECLAIMTEMPLATES = ResourceType(
+    "resource.k8s.io", "v1", "ResourceClaimTemplate", "resourceclaimtemplates", namespaced=True
+)
 
 RESOURCE_TYPES: tuple[ResourceType, ...] = (
     NAMESPACES,
@@ -111,6 +126,10 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
     NODEPOOLS,
     MUTATING_WEBHOOK_CONFIGURATIONS,
     LEASES,
+    DEVICECLASSES,
+    RESOURCESLICES,
+    RESOURCECLAIMS,
+    RESOURCECLAIMTEMPLATES,
 )
 
 

@@ -8,7 +8,8 @@ Pod rules are from kubernetes ``pkg/apis/core/validation/validation.go`` (``Vali
 ``ValidatePodUpdate``, ``ValidateResourceRequirements``); only the subset the sim's users
 can hit is implemented: object name, containers (name, image, unique names), restart
 policy, resource quantities (requests <= limits, extended resources whole and with
-requests == limits), and spec immutability on update.
+requests == limits), DRA claims (``spec.resourceClaims`` names and sources, containers'
+``resources.claims`` naming them), and spec immutability on update.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ _TYPE_TEXT = {
     "FieldValueDuplicate": "Duplicate value",
     "FieldValueTooLong": "Too long",
     "FieldValueTooMany": "Too many",
+    "FieldValueNotFound": "Not found",
 }
 _NO_VALUE_TYPES = ("FieldValueRequired", "FieldValueForbidden", "FieldValueTooLong")
 _DNS1123_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
@@ -212,10 +214,59 @@ def _validate_resources(resources: Mapping[str, Any], path: str) -> list[FieldEr
     return errors
 
 
+def _validate_pod_claims(spec: Mapping[str, Any]) -> tuple[list[FieldError], set[str]]:
+    """``validatePodResourceClaims``: each ``spec.resourceClaims[]`` entry has a unique
+    DNS-1123 label ``name`` and exactly one of ``resourceClaimName`` and
+    ``resourceClaimTemplateName``. Returns the errors and the claim names."""
+    errors: list[FieldError] = []
+    names: set[str] = set()
+    for i, claim in enumerate(spec.get("resourceClaims") or ()):
+        path = f"spec.resourceClaims[{i}]"
+        name = claim.get("name")
+        if not name:
+            errors.append(FieldError.required(f"{path}.name"))
+        elif name in names:
+            errors.append(FieldError.duplicate(f"{path}.name", name))
+        else:
+            names.add(str(name))
+            if not re.fullmatch(_DNS1123_LABEL, str(name)) or len(str(name)) > 63:
+                errors.append(FieldError.invalid(
+                    f"{path}.name", name,
+                    "a lowercase RFC 1123 label must consist of lower case alphanumeric "
+                    "characters or '-', and must start and end with an alphanumeric character "
+                    "(e.g. 'my-name',  or '123-abc', regex used for validation is "
+                    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+                ))  # fmt: skip
+        both = claim.get("resourceClaimName") and claim.get("resourceClaimTemplateName")
+        if both:
+            errors.append(FieldError.invalid(path, claim, "at most one of `resourceClaimName` or `resourceClaimTemplateName` may be specified"))  # fmt: skip
+        elif not claim.get("resourceClaimName") and not claim.get("resourceClaimTemplateName"):
+            errors.append(FieldError.invalid(path, claim, "must specify one of: `resourceClaimName`, `resourceClaimTemplateName`"))  # fmt: skip
+    return errors, names
+
+
+def _validate_claim_refs(claims: Any, path: str, names: set[str]) -> list[FieldError]:
+    """``validateResourceClaimNames``: a container's ``resources.claims[].name`` must name
+    a ``spec.resourceClaims`` entry."""
+    errors: list[FieldError] = []
+    for j, ref in enumerate(claims or ()):
+        name = (ref or {}).get("name")
+        if not name:
+            errors.append(FieldError.required(f"{path}[{j}].name"))
+        elif name not in names:
+            detail = "must be one of the names in pod.spec.resourceClaims" + (
+                ": " + ", ".join(sorted(names)) if names else " which is empty"
+            )
+            errors.append(FieldError("FieldValueNotFound", f"{path}[{j}]", name, detail))
+    return errors
+
+
 def validate_pod_create(pod: Mapping[str, Any]) -> list[FieldError]:
     """What ``ValidatePod`` says about a new pod (the subset listed in the module doc)."""
     errors = validate_name(PODS, pod.get("metadata") or {})
     spec = pod.get("spec") or {}
+    claim_errors, claim_names = _validate_pod_claims(spec)
+    errors += claim_errors
     containers = spec.get("containers") or []
     if not containers:
         errors.append(FieldError.required("spec.containers"))
@@ -244,6 +295,11 @@ def validate_pod_create(pod: Mapping[str, Any]) -> list[FieldError]:
             if not container.get("image"):
                 errors.append(FieldError.required(f"{path}.image"))
             errors += _validate_resources(container.get("resources") or {}, f"{path}.resources")
+            errors += _validate_claim_refs(
+                (container.get("resources") or {}).get("claims"),
+                f"{path}.resources.claims",
+                claim_names,
+            )
     policy = spec.get("restartPolicy", "Always")
     if policy not in ("Always", "OnFailure", "Never"):
         errors.append(
