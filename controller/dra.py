@@ -16,16 +16,16 @@ slices publish GPU devices (`node_devices`, `controller.model.NodeClaimInfo.read
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.dra import ClaimSource, pod_claims
-
 from controller import karpenter
-from controller.model import PodRef, pod_ref
+from controller.model import NODEPOOL_LABEL, PodRef, pod_ref
 from gpu_intent.intent import ANNOTATION_SOURCE, ANNOTATION_VERSION, IntentError
+from webhook.dra import ClaimSource, pod_claims
 from webhook.inference import infer
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ def intents_to_record(
     claims: Mapping[Key, Mapping[str, Any]],
     opted_in: set[str],
     *,
-    can_serve: Callable[[str | None, str | None], bool] | None = None,
+    can_serve: Callable[[str | None, str | None, str | None], bool] | None = None,
     allocated: set[Key] | None = None,
 ) -> tuple[list[DraIntent], list[tuple[PodRef, str]]]:
     """The intents to record on pending DRA pods, and the pods whose claims do not parse.
@@ -133,7 +133,8 @@ def intents_to_record(
     takes it; a claim already counted by an annotated pending pod (``pods`` with
     ``dra:<claim>`` sources) or ``allocated`` (on a node already) is left out of the
     others' demand, and a pod left with no GPU demand gets no intent (it follows the
-    claim to its node). ``can_serve(model, vendor)``: whether a NodePool can make such
+    claim to its node). ``can_serve(pool, model, vendor)``: whether a NodePool (``pool``,
+    the one the pod selects by ``karpenter.sh/nodepool``, or None: any) can make such
     GPUs, for ``firstAvailable`` alternatives. Returns ``(intents, [(pod, error)])``.
     """
     considered: list[Mapping[str, Any]] = []
@@ -168,8 +169,10 @@ def intents_to_record(
         ]
         if not sources:
             continue
+        selected = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(NODEPOOL_LABEL)
+        serve = functools.partial(can_serve, selected) if can_serve is not None else None
         try:
-            inferred = infer(pod, reasons=False, claims=sources, can_serve=can_serve)
+            inferred = infer(pod, reasons=False, claims=sources, can_serve=serve)
         except IntentError as e:
             errors.append((ref, str(e)))
             continue

@@ -239,8 +239,8 @@ class Kube:
                 self.api_client.call_api,
                 path,
                 "GET",
+                header_params={"Accept": "application/json"},
                 auth_settings=["BearerToken"],
-                response_type="object",
             )
         except KubeError as e:
             if e.not_found:

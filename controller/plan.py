@@ -640,6 +640,11 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
         message = f"scheduled on node {done.node}" + (
             f" (NodeClaim {claim_name})" if claim_name else " (no NodeClaim known for it)"
         )
+        if claim_name and (dra := claims.get(claim_name)) is not None and dra.dra_ready:
+            message += (
+                f"; its {dra.devices} GPU(s) are DRA ResourceSlice devices, so Karpenter's "
+                "Initialized stays Unknown (ResourceNotRegistered): not a failure"
+            )
         status = ScaleUpStatus(SCHEDULED, message, None, claim_name, done.node, stamp)
         event = Event("Normal", "ScaleUpComplete", message)
         statuses.append(SetStatus(done.ref, status, event, done.seconds_to_node))

@@ -436,8 +436,11 @@ class Controller:
         pools = [p for p in state.nodepools().values() if p.ready and p.makes_gpus()]
         label = self.config.plan.trigger.gpu_name_label
 
-        def can_serve(model: str | None, vendor: str | None) -> bool:
-            return any(model is None or p.admits(label, model) for p in pools)
+        def can_serve(pool: str | None, model: str | None, vendor: str | None) -> bool:
+            return any(
+                (pool is None or p.name == pool) and (model is None or p.admits(label, model))
+                for p in pools
+            )
 
         claims = state.claim_specs()
         intents, errors = intents_to_record(

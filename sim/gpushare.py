@@ -43,6 +43,7 @@ from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any, Literal
 
 from gpu_intent.quantity import parse_quantity, to_mib
+from sim.dra import runs_dra
 from sim.scheduling import pod_requests
 
 __all__ = [
@@ -288,8 +289,16 @@ def node_devices(node: Mapping[str, Any]) -> list[Device]:
     """The node's GPUs, indexed from 0, from GPU Feature Discovery labels
     (``nvidia.com/gpu.count``, ``nvidia.com/gpu.memory`` MiB, ``nvidia.com/gpu.product``);
     without a count label, ``status.allocatable["nvidia.com/gpu"]`` devices of unknown
-    memory. Unparsable values count as absent."""
+    memory. Unparsable values count as absent.
+
+    A node that runs NVIDIA's DRA driver instead of its device plugin (`sim.dra.runs_dra`)
+    has none for the sharing layers: they find GPUs through the device plugin (HAMi's own,
+    REFERENCE.md section 3; KAI holds whole GPUs for fractions with reservation pods that
+    request ``nvidia.com/gpu``, which such a node never advertises). Its GPUs are
+    ResourceSlice devices, allocated only to ResourceClaims."""
     labels = (node.get("metadata") or {}).get("labels") or {}
+    if runs_dra(labels):
+        return []
     count: int | None = None
     try:
         count = int(labels[GFD_COUNT])

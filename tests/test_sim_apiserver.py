@@ -760,6 +760,7 @@ async def test_discovery(cluster: Cluster) -> None:
         "karpenter.sh",
         "admissionregistration.k8s.io",
         "coordination.k8s.io",
+        "resource.k8s.io",
     }
     resources = await cluster.core.get_api_resources()
     names = {r.name for r in resources.resources}
