@@ -482,16 +482,12 @@ def diagnose(store: sim_store.Store) -> None:
         linked = (trigger["metadata"].get("annotations") or {}).get("gpu-intent.io/nodeclaim")
         where = "no link" if not linked else ("linked" if linked in claims else "linked, gone")
         reasons[f"{reason} ({where})"] = reasons.get(f"{reason} ({where})", 0) + 1
-    excluded = [
-        len(e.get("values") or [])
-        for t in store.iter_objects(sim_store.PODS)
-        if t["metadata"]["namespace"] == TRIGGERS_NS
-        for term in (((t["spec"].get("affinity") or {}).get("nodeAffinity") or {})
-                     .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-                     .get("nodeSelectorTerms", [])
-        for e in term.get("matchExpressions", [])
-        if e.get("key") == "gpu-intent.io/node"
-    ]  # fmt: skip
+    # Every trigger excludes the labelled nodes (gpu-intent.io/node DoesNotExist).
+    labelled = sum(
+        1
+        for n in store.iter_objects(sim_store.NODES)
+        if "gpu-intent.io/node" in (n["metadata"].get("labels") or {})
+    )
     nodes = sum(1 for _ in store.iter_objects(sim_store.NODES))
     nominated = sum(
         1
@@ -500,7 +496,7 @@ def diagnose(store: sim_store.Store) -> None:
     )
     print(
         f"left pending by scale-up phase: {phases}; live triggers: {reasons}; nodes {nodes}; "
-        f"nodes a live trigger excludes: at most {max(excluded, default=0)}; Nominated events "
+        f"of them labelled (excluded by every trigger) {labelled}; Nominated events "
         f"for triggers: {nominated}"
     )
 

@@ -15,6 +15,7 @@ from controller.kube import NODECLAIMS, PODS, Kube
 from controller.plan import PlanConfig
 from controller.reconciler import Controller, ControllerConfig
 from controller.triggers import TriggerSettings
+from gpu_intent.demo import default_examples, load_manifests
 from sim import store as sim_store
 from sim.cluster import SimCluster
 from sim.nodeclaims import FAST_TIMINGS
@@ -22,6 +23,9 @@ from sim.nodeclaims import FAST_TIMINGS
 #: Karpenter fast enough for tests (see `sim.nodeclaims.FAST_TIMINGS`).
 FAST = FAST_TIMINGS
 TRIGGERS_NS = "gpu-intent-system"
+#: How many pods the examples hold (all in ``ml``): the native T4 trainer, HAMi, two KAI
+#: halves, tensor-fusion and the DRA pod.
+EXAMPLE_PODS = sum(doc["kind"] == "Pod" for doc in load_manifests(default_examples()))
 
 
 async def eventually(check: Callable[[], Awaitable[Any]], seconds: float = 15.0) -> Any:

@@ -191,7 +191,7 @@ def test_controller_rbac_is_what_it_calls_and_nothing_else() -> None:
         ("karpenter.sh", "nodeclaims", "delete"),
         *{
             ("resource.k8s.io", r, v)
-            for r in ("resourceclaims", "resourceclaimtemplates", "resourceslices", "deviceclasses")
+            for r in ("resourceclaims", "resourceslices")
             for v in read
         },
         *{(g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")},

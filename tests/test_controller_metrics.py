@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 import aiohttp
-from e2e_support import TRIGGERS_NS, Env, eventually
+from e2e_support import EXAMPLE_PODS, TRIGGERS_NS, Env, eventually
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller import server as metrics_server
@@ -63,7 +63,7 @@ async def test_every_required_metric_is_exported_after_a_run(env: Env) -> None:
 
         async def all_bound() -> bool:
             pods = await env.pods("ml")
-            return len(pods) == 5 and all(p["spec"].get("nodeName") for p in pods)
+            return len(pods) == EXAMPLE_PODS and all(p["spec"].get("nodeName") for p in pods)
 
         await eventually(all_bound, 60)
 

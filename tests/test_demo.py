@@ -209,9 +209,10 @@ async def test_json_run_follows_every_pod_of_another_namespace(tmp_path: Path) -
     assert summary["costPerHour"]["bought"] == pytest.approx(
         sum(c["pricePerHour"] or 0 for c in claims), abs=1e-3
     )
-    assert summary["gpusNeeded"] == {"a10g": 1, "l4": 1, "l40s": 1, "t4": 1}
-    # The native whole-GPU demand: one NodeClaim per model here.
-    assert len(summary["nativeNodeClaims"]) == 4
+    assert summary["gpusNeeded"] == {"a10g": 1, "l4": 2, "l40s": 1, "t4": 1}
+    # The native whole-GPU demand: one NodeClaim per model and pool here (the DRA pod's
+    # L4 is on gpu-dra, the KAI halves' on gpu-standard).
+    assert len(summary["nativeNodeClaims"]) == 5
     # ok means nothing beyond the need; anything beyond is named.
     beyond = {c["name"] for c in claims if c["beyondNeed"]}
     assert beyond == set(summary["beyondNeed"])

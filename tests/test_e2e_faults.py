@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from e2e_support import TRIGGERS_NS, Env, eventually
+from e2e_support import EXAMPLE_PODS, TRIGGERS_NS, Env, eventually
 
 from controller import informer as informer_module
 from gpu_intent.demo import apply, default_examples, load_manifests
@@ -51,7 +51,7 @@ async def test_every_pod_binds_through_api_faults(env: Env) -> None:
         async def all_bound_no_triggers() -> bool:
             pods = await env.pods("ml")
             triggers = await env.pods(TRIGGERS_NS, "gpu-intent.io/trigger=true")
-            return len(pods) == 5 and all(p["spec"].get("nodeName") for p in pods) and not triggers
+            return len(pods) == EXAMPLE_PODS and all(p["spec"].get("nodeName") for p in pods) and not triggers
 
         await eventually(all_bound_no_triggers, 60)
         assert (gone.hits, failed.hits, throttled.hits) == (2, 1, 1)

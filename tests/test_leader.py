@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import pytest
 from conftest import make_env
-from e2e_support import TRIGGERS_NS, Env, NodeClaimCount, TriggerCount, eventually
+from e2e_support import EXAMPLE_PODS, TRIGGERS_NS, Env, NodeClaimCount, TriggerCount, eventually
 from kubernetes_asyncio import client
 
 from controller import metrics
@@ -244,7 +244,7 @@ async def workloads(env: Env) -> list[str]:
 async def settled(env: Env) -> bool:
     pods = await env.pods("ml")
     triggers = await env.pods(TRIGGERS_NS, "gpu-intent.io/trigger=true")
-    return len(pods) == 5 and all(p["spec"].get("nodeName") for p in pods) and not triggers
+    return len(pods) == EXAMPLE_PODS and all(p["spec"].get("nodeName") for p in pods) and not triggers
 
 
 def kube_for(env: Env) -> CountingKube:
@@ -309,9 +309,10 @@ async def two_replicas(env: Env, release: bool) -> None:
         # arrives after its group's trigger is placed into it, not named in its serves).
         per_pod = triggers.triggers_per_pod()
         assert set(per_pod) <= set(served) and set(per_pod.values()) == {1}
-        assert len(triggers.created) == 3  # a10g, l4 (two halves), l40s
-        # One NodeClaim per GPU needed: the 4 examples' GPUs (t4 native, a10g, l4, l40s).
-        assert len(nodeclaims.created) == 4
+        assert len(triggers.created) == 4  # a10g, l4 (two halves), l40s, l4 (DRA pod)
+        # One NodeClaim per GPU needed: the 5 examples' GPUs (t4 native, a10g, l4, l40s,
+        # the DRA pod's l4).
+        assert len(nodeclaims.created) == 5
     finally:
         for task in (task_a, task_b):
             task.cancel()

@@ -99,7 +99,7 @@ async def test_a_restart_at_any_point_leaks_and_duplicates_nothing(
     """With NodeClaims 7 s from creation to Ready (`test_leader.LAUNCH`): the sim's fast
     0.2 s NodeClaims turn Ready inside the restart itself (listing seven collections,
     about 0.3 s here), so a trigger was never marked linked, the pods took its node and
-    Karpenter bought again for it (5-6 NodeClaims for 4 GPUs, README "Replicas and
+    Karpenter bought again for it (one NodeClaim too many, README "Replicas and
     leader election"); production's restart is seconds against a minute."""
     async with make_env(tmp_path, LAUNCH) as env:
         await restart_at(env, point)
@@ -132,8 +132,8 @@ async def restart_at(env: Env, point: str) -> None:
         # arrives after its group's trigger is placed into it, not named in its serves).
         per_pod = triggers.triggers_per_pod()
         assert set(per_pod) <= set(served) and set(per_pod.values()) == {1}
-        assert len(triggers.created) == 3  # a10g, l4 (two halves), l40s
-        assert len(nodeclaims.created) == 4  # one per GPU needed: t4, a10g, l4, l40s
+        assert len(triggers.created) == 4  # a10g, l4 (two halves), l40s, l4 (DRA pod)
+        assert len(nodeclaims.created) == 5  # one per GPU needed: t4, a10g, l4, l40s, l4
         await eventually(lambda: final_statuses_right(env, served), 10)
     finally:
         for task in (first_task, second_task):
