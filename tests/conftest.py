@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from e2e_support import FAST, Env
+from e2e_support import FAST, Env, NodeClaimCount
 from kubernetes_asyncio import client
 
 from certs import write_tls_files
@@ -54,3 +55,18 @@ async def make_env(tmp_path: Path, timings: KarpenterTimings) -> AsyncIterator[E
             await kube.close()
             await api.close()
             await runner.cleanup()
+
+
+@pytest.fixture
+async def running(env: Env) -> AsyncIterator[tuple[Env, NodeClaimCount]]:
+    """The controller running and a count of every NodeClaim created from now on."""
+    count = NodeClaimCount(env.cluster)
+    controller = env.controller()
+    task = asyncio.create_task(controller.run())
+    await asyncio.wait_for(controller.ready.wait(), 5)
+    try:
+        yield env, count
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await count.close()

@@ -10,13 +10,13 @@ NodeClaims it needs, and its story (status, Events) names the NodeClaim it runs 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from e2e_support import Env, NodeClaimCount, eventually
 from kubernetes_asyncio import client
 
+from controller.kube import RESOURCESLICES
 from controller.model import ScaleUpStatus
 from gpu_intent.demo import apply
 from sim.dra import MIG_CONFIG_LABEL, nodepool
@@ -73,22 +73,6 @@ def dra_pod(
     }
 
 
-@pytest.fixture
-async def running(env: Env) -> AsyncIterator[tuple[Env, NodeClaimCount]]:
-    """The controller running and a count of every NodeClaim created from now on."""
-    count = NodeClaimCount(env.cluster)
-    controller = env.controller()
-    task = asyncio.create_task(controller.run())
-    await asyncio.wait_for(controller.ready.wait(), 5)
-    assert controller.dra  # auto: the sim serves resource.k8s.io/v1
-    try:
-        yield env, count
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await count.close()
-
-
 async def pod_json(env: Env, name: str) -> dict[str, Any]:
     response = await env.core.read_namespaced_pod(name, "ml", _preload_content=False)
     return dict(await response.json())
@@ -127,6 +111,7 @@ async def test_a_template_claim_selecting_an_l4_binds_and_describe_tells_the_sto
     running: tuple[Env, NodeClaimCount],
 ) -> None:
     env, count = running
+    assert await env.kube.serves(RESOURCESLICES)  # so --dra auto follows DRA objects
     await apply(env.api, dra_pod("one", template="one-l4"))  # the examples' template
     await bind_all(env, count, ["one"])
     [bought] = count.created.values()

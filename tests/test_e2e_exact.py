@@ -7,10 +7,8 @@ NodeClaim the sim's store ever admitted (`NodeClaimCount`), deleted ones include
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from e2e_support import TRIGGERS_NS, Env, NodeClaimCount, eventually
 
 from controller.model import ScaleUpStatus
@@ -46,21 +44,6 @@ def kai_pod(
             ],
         },
     }
-
-
-@pytest.fixture
-async def running(env: Env) -> AsyncIterator[tuple[Env, NodeClaimCount]]:
-    """The controller running and a count of every NodeClaim created from now on."""
-    count = NodeClaimCount(env.cluster)
-    controller = env.controller()
-    task = asyncio.create_task(controller.run())
-    await asyncio.wait_for(controller.ready.wait(), 5)
-    try:
-        yield env, count
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await count.close()
 
 
 async def status_of(env: Env, namespace: str, name: str) -> ScaleUpStatus | None:
