@@ -444,7 +444,7 @@ class Controller:
 
         claims = state.claim_specs()
         intents, errors = intents_to_record(
-            state.objects(PENDING_PODS),
+            state.claiming_pods(),
             claims,
             state.opted_in(),
             can_serve=can_serve,

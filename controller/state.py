@@ -571,6 +571,15 @@ class ClusterState:
         """The cached ResourceClaims' ``spec`` by ``(namespace, name)``."""
         return {key: obj.get("spec") or {} for key, obj in self._view(RESOURCECLAIMS).items()}
 
+    def claiming_pods(self) -> list[Obj]:
+        """The pending pods with DRA ``spec.resourceClaims`` (unsorted): what
+        `controller.dra.intents_to_record` reads, without sorting every pending pod."""
+        return [
+            obj
+            for obj in self._view(PENDING_PODS).values()
+            if (obj.get("spec") or {}).get("resourceClaims")
+        ]
+
     def allocated_claims(self) -> set[Key]:
         """``(namespace, name)`` of the cached ResourceClaims that are allocated."""
         return {
