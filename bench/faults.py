@@ -266,12 +266,41 @@ async def api_latency(api: client.ApiClient) -> float:
     return (time.perf_counter() - began) * 1000
 
 
-def p99_bucket(first: Sample, last: Sample) -> float:
+def _since(prev: Sample, sample: Sample) -> Sample:
+    """The controller's counters between two samples (passes, sums, buckets), counting
+    from zero when they fell (the controller was restarted and its counters began again).
+    Only the counter fields of the result mean anything. Pure."""
+    if sample.passes < prev.passes:
+        prev = Sample(prev.t, 0, 0, 0, 0, 0, 0.0, 0.0, {})
+    return Sample(
+        sample.t, 0, 0, 0, 0, 0,
+        sample.passes - prev.passes,
+        sample.reconcile_sum - prev.reconcile_sum,
+        {b: n - prev.buckets.get(b, 0.0) for b, n in sample.buckets.items()},
+        sample.plan_sum - prev.plan_sum,
+    )  # fmt: skip
+
+
+def window(samples: Sequence[Sample]) -> Sample:
+    """The controller's counters over consecutive ``samples`` (`_since` summed pair by
+    pair, so a restart inside the window loses only the passes of its own interval).
+    Pure."""
+    total = Sample(samples[-1].t, 0, 0, 0, 0, 0, 0.0, 0.0, {})
+    for prev, sample in itertools.pairwise(samples):
+        part = _since(prev, sample)
+        total.passes += part.passes
+        total.reconcile_sum += part.reconcile_sum
+        total.plan_sum += part.plan_sum
+        for bound, count in part.buckets.items():
+            total.buckets[bound] = total.buckets.get(bound, 0.0) + count
+    return total
+
+
+def p99_bucket(counted: Sample) -> float:
     """Upper bound (seconds) of the histogram bucket holding the 99th percentile of the
-    passes between two samples. Pure."""
-    total = last.passes - first.passes
-    for bound in sorted(last.buckets):
-        if last.buckets[bound] - first.buckets.get(bound, 0.0) >= 0.99 * total:
+    passes ``counted`` (a `window`). Pure."""
+    for bound in sorted(counted.buckets):
+        if counted.buckets[bound] >= 0.99 * counted.passes:
             return bound
     return math.inf
 
@@ -439,14 +468,15 @@ def summary(
     crowded = [s for s in samples if s.in_flight >= floor]
     if len(crowded) >= 2:
         first, last = crowded[0], crowded[-1]
-        passes = last.passes - first.passes
-        mean = (last.reconcile_sum - first.reconcile_sum) / passes * 1000 if passes else math.nan
-        plan = (last.plan_sum - first.plan_sum) / passes * 1000 if passes else math.nan
+        counted = window(samples[samples.index(first) : samples.index(last) + 1])
+        passes = counted.passes
+        mean = counted.reconcile_sum / passes * 1000 if passes else math.nan
+        plan = counted.plan_sum / passes * 1000 if passes else math.nan
         print(
             f"reconcile with >= {floor} NodeClaims in flight ({first.t:.0f}-"
             f"{last.t:.0f}s, peak {peak.in_flight} at {peak.t:.0f}s): {passes:.0f} passes, mean "
             f"{mean:.1f} ms (of it planning {plan:.1f} ms), p99 <= "
-            f"{p99_bucket(first, last) * 1000:g} ms (histogram bucket)"
+            f"{p99_bucket(counted) * 1000:g} ms (histogram bucket)"
         )
     else:
         print(f"NodeClaims in flight peaked at {peak.in_flight} ({peak.t:.0f}s), at one sample "
