@@ -214,8 +214,12 @@ def nodes_to_label(
     trigger's own affinity and Karpenter would buy it another. A trigger merely nominated
     onto the node's NodeClaim does not hold the label back: the planner did not link it
     (the NodeClaim's GPUs are held), so Karpenter must stop counting it there and buy.
-    Nodes with no NodeClaim (static nodes) are labelled at once. Pure; costs the
-    unlabelled nodes plus, when there are any, the triggers."""
+    A node whose NodeClaim is not in ``claims`` (by its ``status.nodeName`` or the Node's
+    NodeClaim ownerReference) waits: the NodeClaim cache may lag the Node cache (a
+    relist), and labelled before its markers are known, the node could drop the very
+    trigger it was bought for (``bench.faults`` bought 9 NodeClaims too many in one run
+    until this rule). Pure; costs the unlabelled nodes plus, when there are any, the
+    triggers."""
     waiting = [
         node
         for node in nodes.values()
@@ -235,8 +239,8 @@ def nodes_to_label(
     claim_of_node = {c.node_name: c for c in claims.values() if c.node_name}
     out: list[tuple[str, str]] = []
     for node in sorted(waiting, key=lambda n: n.name):
-        claim = claim_of_node.get(node.name)
-        if claim is not None and (claim.name in linked or claim.marked & names):
+        claim = claim_of_node.get(node.name) or claims.get(node.claim or "")
+        if claim is None or claim.name in linked or claim.marked & names:
             continue
         out.append((node.name, node_label_value(node.name)))
     return tuple(out)

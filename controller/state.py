@@ -139,6 +139,18 @@ def _rv(obj: Obj | None) -> str:
     return str(((obj or {}).get("metadata") or {}).get("resourceVersion", ""))
 
 
+def _same_or_newer(have: str, want: str) -> bool:
+    """Whether an object at resourceVersion ``have`` shows the write that returned
+    ``want``: the same version, or, when both are decimal integers (kube-apiserver's are
+    etcd revisions), a later one. Other versions are opaque: only equality counts (then
+    an expectation lasts until its deadline). An empty version never matches."""
+    if not have or not want:
+        return False
+    if have == want:
+        return True
+    return have.isdigit() and want.isdigit() and int(have) >= int(want)
+
+
 @dataclass(slots=True)
 class _Expectation:
     obj: Obj | None  # None: we deleted it
@@ -246,7 +258,11 @@ class ClusterState:
         self._objects[kind][key] = obj
         if kind == PENDING_PODS:
             self._left.pop(key, None)
-        if expected is not None and expected.obj is not None and expected.rv == _rv(obj):
+        if (
+            expected is not None
+            and expected.obj is not None
+            and _same_or_newer(_rv(obj), expected.rv)
+        ):
             del self._expected[kind][key]
 
     def _touch(self, kind: str, key: Key) -> None:
@@ -411,10 +427,20 @@ class ClusterState:
         self._left.pop(key, None)
 
     def expect(self, kind: str, obj: Obj) -> None:
-        """We wrote ``obj`` (as the API returned it): see it until the watch does."""
-        deadline = self._monotonic() + self._expectation_seconds
+        """We wrote ``obj`` (as the API returned it): see it until the watch does. When
+        the watch already did (its event for this write, or a later one, came in before
+        the write's answer), there is nothing to wait for: an expectation set then would
+        hide every later event of the object until its deadline (a NodeClaim seen
+        Launched for 30 s after it was Ready, its trigger never removed)."""
         key = key_of(obj)
-        self._expected[kind][key] = _Expectation(self._kept(kind, obj), _rv(obj), deadline)
+        rv = _rv(obj)
+        current = self._objects[kind].get(key)
+        if current is not None and _same_or_newer(_rv(current), rv):
+            self._expected[kind].pop(key, None)
+            self._touch(kind, key)
+            return
+        deadline = self._monotonic() + self._expectation_seconds
+        self._expected[kind][key] = _Expectation(self._kept(kind, obj), rv, deadline)
         self._touch(kind, key)
 
     def expect_deleted(self, kind: str, key: Key) -> None:

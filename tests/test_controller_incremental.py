@@ -480,6 +480,10 @@ def test_nodes_and_new_nodeclaims_bought_for_us_are_planned_as_a_whole_plan_woul
         "status": {"conditions": [{"type": "Ready", "status": "True"}]},
     }
     world.state.apply(state_module.NODES, "ADDED", node)
+    # its NodeClaim, bought for no trigger of ours (a node waits for its NodeClaim)
+    own = nodeclaim("nc-n9", "gpu-standard", model="t4", node="n9", launched=True, ready=True)
+    own["metadata"]["resourceVersion"] = world.next_rv()
+    world.state.apply(NODECLAIMS, "ADDED", own)
     obj = gpu_pod("fresh", "1", model="t4", pool="gpu-standard")
     obj["metadata"]["resourceVersion"] = world.next_rv()
     world.state.apply(PENDING_PODS, "ADDED", obj)

@@ -742,12 +742,20 @@ def test_triggers_exclude_the_nodes_of_their_pool_labelled_first() -> None:
         node_obj("x" * 70, "gpu-standard"),  # too long for a label value: hashed
     ]
     parsed = {n.name: n for n in map(parse_node, nodes)}
-    result = plan(replace(snapshot([gpu_pod("a", "1", model="l4")]), nodes=parsed), CONFIG)
+    claims = [
+        nodeclaim(f"nc-{i}", node.pool or "", node=node.name, launched=True)
+        for i, node in enumerate(parsed.values())
+    ]
+    pods = [gpu_pod("a", "1", model="l4")]
+    result = plan(replace(snapshot(pods, claims=claims), nodes=parsed), CONFIG)
     hashed = node_label_value("x" * 70)
     assert re.fullmatch(r"n-[0-9a-f]{20}", hashed)
     assert sorted((n.node, n.value) for n in result.labels) == sorted(
         [("ip-2", "ip-2"), ("ip-3", "ip-3"), ("ip-4", "ip-4"), ("x" * 70, hashed)]
     )
+    # A node whose NodeClaim the cache has not seen yet waits: its markers are unknown.
+    unknown = plan(replace(snapshot(pods, claims=claims[1:2]), nodes=parsed), CONFIG)
+    assert [(n.node, n.value) for n in unknown.labels] == [("ip-2", "ip-2")]
     [create] = result.creates
     expressions = create.body["spec"]["affinity"]["nodeAffinity"][  # type: ignore[index]
         "requiredDuringSchedulingIgnoredDuringExecution"
@@ -755,8 +763,12 @@ def test_triggers_exclude_the_nodes_of_their_pool_labelled_first() -> None:
     assert {"key": "gpu-intent.io/node", "operator": "DoesNotExist"} in expressions
     # 1,000 unlabelled nodes all get the label: no cap (at 100 names, later triggers
     # were nominated onto the older nodes and nothing was bought).
-    many = {f"n{i:04d}": NodeInfo(f"n{i:04d}", "gpu-standard", True, None) for i in range(1000)}
-    assert len(nodes_to_label(many, snapshot([]).nodepools, {}, ())) == 1000
+    many = {
+        f"n{i:04d}": NodeInfo(f"n{i:04d}", "gpu-standard", True, None, claim=f"nc-{i}")
+        for i in range(1000)
+    }
+    owners = snapshot([], claims=[nodeclaim(f"nc-{i}", "gpu-standard") for i in range(1000)])
+    assert len(nodes_to_label(many, owners.nodepools, owners.nodeclaims, ())) == 1000
 
 
 def test_a_node_is_labelled_only_once_no_simulated_trigger_relies_on_it() -> None:

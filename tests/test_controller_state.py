@@ -49,6 +49,29 @@ def test_a_stale_event_does_not_undo_our_write() -> None:
     assert state.objects(TRIGGERS)[0]["metadata"]["resourceVersion"] == "8"
 
 
+def test_a_write_whose_event_came_first_masks_nothing() -> None:
+    """The watch may deliver our write's event (and later ones) before the write's
+    answer: the expectation set then must not hide those later events until its deadline
+    (a NodeClaim stayed Launched in the cache for 30 s after it was Ready, and its trigger
+    was never removed)."""
+    state = ClusterState(Clock(), expectation_seconds=30)
+    state.replace(TRIGGERS, [trigger("t1", "3")])
+    state.apply(TRIGGERS, "MODIFIED", trigger("t1", "8"))  # our write, seen first
+    state.apply(TRIGGERS, "MODIFIED", trigger("t1", "9"))  # and a later change
+    state.expect(TRIGGERS, trigger("t1", "8"))  # the write's answer arrives last
+    assert state.objects(TRIGGERS)[0]["metadata"]["resourceVersion"] == "9"
+    assert state.pending_expectations() == 0
+    # A later event clears an expectation too (resourceVersions that are integers).
+    state.expect(TRIGGERS, trigger("t1", "12"))
+    state.apply(TRIGGERS, "MODIFIED", trigger("t1", "13"))
+    assert state.objects(TRIGGERS)[0]["metadata"]["resourceVersion"] == "13"
+    assert state.pending_expectations() == 0
+    # Opaque (non-integer) versions: only the same version clears it.
+    state.expect(TRIGGERS, trigger("t1", "b"))
+    state.apply(TRIGGERS, "MODIFIED", trigger("t1", "c"))
+    assert state.objects(TRIGGERS)[0]["metadata"]["resourceVersion"] == "b"
+
+
 def test_deleted_object_stays_gone_and_expectations_expire() -> None:
     clock = Clock()
     state = ClusterState(clock, expectation_seconds=30)
