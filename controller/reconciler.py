@@ -548,10 +548,11 @@ class Controller:
         return result
 
     async def apply(self, decided: Plan) -> None:
-        """Apply a plan, money first: creates and deletes (pods told NodeReady are covered
-        before their trigger goes), then marks and links; status annotations and Events
-        are queued for the status writer, so a pass never waits behind them. Failures are
-        logged; the next pass retries."""
+        """Apply a plan, money first: deletes and marks (what stops Karpenter buying; pods
+        told NodeReady are covered before their trigger goes) with the node labels, then
+        creates and links; status annotations and Events are queued for the status
+        writer, so a pass never waits behind them. Failures are logged; the next pass
+        retries."""
         now = self.now()
         for delete in decided.deletes:
             if delete.node_claim and delete.cover:
@@ -567,15 +568,18 @@ class Controller:
         # Held until the status writer has surely written them (it is rate limited).
         self.state.expire_retries(now - timedelta(seconds=RETRY_HOLD_SECONDS))
         self.state.expire_removals(now - timedelta(seconds=self.config.plan.cooldown_seconds))
-        # Labels first: the triggers created next exclude the nodes by them.
-        await asyncio.gather(*(self._label(n.node, n.value) for n in decided.labels))
+        # What stops Karpenter buying comes first, and takes the write slots first: the
+        # deletes of triggers no pod needs and the marks of triggers whose NodeClaim is
+        # known (Karpenter buys for an Unschedulable trigger every batch window). Node
+        # labels come next and before the creates: new triggers exclude nodes by them.
         await asyncio.gather(
-            *(self._create(c.body, c.gpus, c.group.pool, c.serves) for c in decided.creates),
             *(self._delete(d.ref, d.reason) for d in decided.deletes),
             *(self._delete_claim(c.name, c.reason) for c in decided.claim_deletes),
+            *(self._mark(m.ref, m.node_claim) for m in decided.marks),
+            *(self._label(n.node, n.value) for n in decided.labels),
         )
         await asyncio.gather(
-            *(self._mark(m.ref, m.node_claim) for m in decided.marks),
+            *(self._create(c.body, c.gpus, c.group.pool, c.serves) for c in decided.creates),
             *(self._link(link.ref, link.node_claim) for link in decided.links),
         )
         self._queue_statuses(decided.statuses)
