@@ -217,9 +217,8 @@ def nodes_to_label(
     A node whose NodeClaim is not in ``claims`` (by its ``status.nodeName`` or the Node's
     NodeClaim ownerReference) waits: the NodeClaim cache may lag the Node cache (a
     relist), and labelled before its markers are known, the node could drop the very
-    trigger it was bought for (``bench.faults`` bought 9 NodeClaims too many in one run
-    until this rule). Pure; costs the unlabelled nodes plus, when there are any, the
-    triggers."""
+    trigger it was bought for. Pure; costs the unlabelled nodes plus, when there are any,
+    the triggers."""
     waiting = [
         node
         for node in nodes.values()

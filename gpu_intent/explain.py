@@ -160,7 +160,7 @@ def find_templates(document: Document) -> list[Template]:
 
 _CLAIM_KINDS: Final = ("ResourceClaim", "ResourceClaimTemplate")
 #: ``(kind, name)`` -> ``[(namespace, object)]`` of the input's claims and claim templates.
-_Claims = dict[tuple[str, str], list[tuple[str, Mapping[str, Any]]]]
+ClaimIndex = dict[tuple[str, str], list[tuple[str, Mapping[str, Any]]]]
 
 
 def _objects(body: object) -> Iterator[Mapping[str, Any]]:
@@ -172,11 +172,12 @@ def _objects(body: object) -> Iterator[Mapping[str, Any]]:
             yield body
 
 
-def _claims(documents: Sequence[Document]) -> _Claims:
-    """The ResourceClaims and ResourceClaimTemplates of ``documents`` by kind and name."""
-    found: _Claims = {}
-    for document in documents:
-        for body in _objects(document.body):
+def claim_index(objects: Iterable[object]) -> ClaimIndex:
+    """The ResourceClaims and ResourceClaimTemplates (``resource.k8s.io/*``) among
+    ``objects`` (manifests; ``List`` items are read) by kind and name. Pure."""
+    found: ClaimIndex = {}
+    for item in objects:
+        for body in _objects(item):
             kind = body.get("kind")
             api = str(body.get("apiVersion") or "")
             metadata = body.get("metadata")
@@ -190,24 +191,27 @@ def _claims(documents: Sequence[Document]) -> _Claims:
     return found
 
 
-def _resolve(template: Template, claims: _Claims) -> list[ClaimSource] | None:
-    """The template's DRA claims found in ``claims`` (None when it has none); a claim
-    created from a template by the resourceclaim controller is read from the template."""
-    entries = pod_claims(template.pod)
+def resolve_claims(
+    pod: Mapping[str, Any], namespace: str, claims: ClaimIndex
+) -> list[ClaimSource] | None:
+    """The DRA claims of ``pod`` (in ``namespace``, "" for any) found in ``claims`` (None
+    when it has none); a claim created from a template by the resourceclaim controller is
+    read from the template. Raises IntentError for malformed ``spec.resourceClaims``."""
+    entries = pod_claims(pod)
     if not entries:
         return None
     out: list[ClaimSource] = []
     for entry in entries:
         kind, name = ("ResourceClaimTemplate", entry.template) if entry.template \
             else ("ResourceClaim", entry.claim)  # fmt: skip
-        for namespace, body in claims.get((kind, name or ""), []):
-            if not namespace or not template.namespace or namespace == template.namespace:
+        for where, body in claims.get((kind, name or ""), []):
+            if not where or not namespace or where == namespace:
                 out.append(ClaimSource(entry.entry, name or "", claim_spec(body)))
                 break
     return out
 
 
-def _explain_one(template: Template, catalog: Catalog | None, claims: _Claims) -> Explanation:
+def _explain_one(template: Template, catalog: Catalog | None, claims: ClaimIndex) -> Explanation:
     metadata = template.pod.get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
     if isinstance(annotations, Mapping) and ANNOTATION_VERSION in annotations:
@@ -220,7 +224,8 @@ def _explain_one(template: Template, catalog: Catalog | None, claims: _Claims) -
         reason = Reason("intent", "", mine.get(ANNOTATION_SOURCE, ""), why)
         return Explanation(template, "already-annotated", mine, (reason,))
     try:
-        inference = infer(template.pod, catalog, claims=_resolve(template, claims))
+        claimed = resolve_claims(template.pod, template.namespace, claims)
+        inference = infer(template.pod, catalog, claims=claimed)
     except IntentError as e:
         return Explanation(template, "error", error=f"cannot infer GPU intent: {e}")
     if inference.intent is None:
@@ -239,7 +244,7 @@ def explain(documents: Iterable[Document], catalog: Catalog | None = None) -> li
     catalog, default the active one); DRA claims resolve against the ResourceClaims and
     ResourceClaimTemplates among ``documents``. Pure: a function of its arguments."""
     documents = list(documents)
-    claims = _claims(documents)
+    claims = claim_index(d.body for d in documents)
     return [_explain_one(t, catalog, claims) for d in documents for t in find_templates(d)]
 
 

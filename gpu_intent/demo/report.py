@@ -15,14 +15,14 @@ from typing import Any, TextIO
 from controller.model import ScaleUpStatus
 from gpu_intent.demo.manifests import INSTANCE_TYPE_LABEL, NODEPOOL_LABEL
 from gpu_intent.demo.need import Balance, ClaimCost, Need, bought_claim
+from gpu_intent.explain import ClaimIndex, resolve_claims
 from gpu_intent.intent import (
     TRIGGER_LABEL,
     Intent,
     IntentError,
     format_gpus,
 )
-from webhook.dra import ClaimSource, pod_claims
-from webhook.inference import infer, infer_intent
+from webhook.inference import infer
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +116,9 @@ class Timeline:
     claims: dict[str, dict[str, Any]] = field(default_factory=dict)
     claims_deleted: set[str] = field(default_factory=set)
     claim_of_node: dict[str, str] = field(default_factory=dict)
-    #: DRA claim specs by ``(namespace, name)``: the examples' ResourceClaimTemplates'
-    #: ``spec.spec`` and ResourceClaims' ``spec``, which DRA pods' intents come from.
-    claim_templates: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
+    #: The examples' ResourceClaimTemplates and ResourceClaims
+    #: (`gpu_intent.explain.claim_index`), which DRA pods' intents come from.
+    dra_claims: ClaimIndex = field(default_factory=dict)
     triggers_live: set[str] = field(default_factory=set)
     triggers_seen: set[str] = field(default_factory=set)
     seen_events: set[tuple[str, str, str]] = field(default_factory=set)
@@ -128,18 +128,12 @@ class Timeline:
 
     def _infer(self, pod: Mapping[str, Any]) -> Intent | None:
         """The intent the webhook (or, for a DRA pod, the controller) would find: a DRA
-        pod's claims are read from `claim_templates` (the examples' ResourceClaimTemplates
-        and ResourceClaims). Raises IntentError as `webhook.inference.infer`."""
-        if not (pod.get("spec") or {}).get("resourceClaims"):
-            return infer_intent(pod)
+        pod's claims are read from `dra_claims` (the examples' ResourceClaimTemplates and
+        ResourceClaims), as `gpu-intent explain` reads them. Raises IntentError as
+        `webhook.inference.infer`."""
         namespace = str((pod.get("metadata") or {}).get("namespace", ""))
-        sources = []
-        for ref in pod_claims(pod):
-            name = ref.template or ref.claim
-            spec = self.claim_templates.get((namespace, name or ""))
-            if name and spec is not None:
-                sources.append(ClaimSource(ref.entry, name, spec))
-        return infer(pod, reasons=False, claims=sources).intent
+        claimed = resolve_claims(pod, namespace, self.dra_claims)
+        return infer(pod, reasons=False, claims=claimed).intent
 
     def say(self, who: str, what: str) -> None:
         print(f"{self.now():6.2f}s  {who:<28} {what}", file=self.out, flush=True)

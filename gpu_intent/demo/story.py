@@ -25,7 +25,6 @@ from controller.reconciler import Controller, ControllerConfig
 from controller.triggers import TriggerSettings
 from gpu_intent.demo.manifests import (
     DEFAULT_NODEPOOL,
-    DRA_KINDS,
     GPU_NAME_LABEL,
     TRIGGER_NAMESPACE,
     ExamplesError,
@@ -43,11 +42,11 @@ from gpu_intent.demo.report import (
     format_models,
     summary_json,
 )
+from gpu_intent.explain import claim_index
 from gpu_intent.intent import TRIGGER_LABEL
 from sim.cluster import SimCluster
 from sim.nodeclaims import EKS_TIMINGS, KarpenterTimings
 from webhook import server as webhook_server
-from webhook.dra import claim_spec
 
 log = logging.getLogger(__name__)
 
@@ -268,11 +267,7 @@ class _Story:
         timeline = Timeline(
             text,
             namespaces=frozenset(d["metadata"]["namespace"] for _, d in workloads),
-            claim_templates={
-                (d["metadata"]["namespace"], d["metadata"]["name"]): claim_spec(d)
-                for _, d in self.manifests
-                if d["kind"] in DRA_KINDS
-            },
+            dra_claims=claim_index(d for _, d in self.manifests),
         )
         core = client.CoreV1Api(api)
         custom = client.CustomObjectsApi(api)
