@@ -247,6 +247,7 @@ class IncrementalPlanner:
             chain.from_iterable(p.triggers.values() for p in parts),
             now,
             scheduled,
+            decide_labels=True,
         )
 
     def _snapshot(
@@ -257,7 +258,11 @@ class IncrementalPlanner:
         scheduled: Sequence[ScheduledPod],
         live_elsewhere: int = 0,
         live_elsewhere_by_pool: Mapping[str, int] | None = None,
+        *,
+        decide_labels: bool = False,
     ) -> Snapshot:
+        """A snapshot of ``pods`` and ``triggers`` over the shared inputs; node labels are
+        decided only for the whole cluster (``decide_labels``, `snapshot`)."""
         return Snapshot(
             list(pods),
             list(triggers),
@@ -275,6 +280,7 @@ class IncrementalPlanner:
             self._refusals,
             self._removals,
             self._tokens,
+            decide_labels,
         )
 
     def _refresh_shared(self, now: datetime) -> tuple[bool, bool]:

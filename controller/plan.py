@@ -158,6 +158,10 @@ class Snapshot:
     removals: Mapping[GroupKey, datetime] = field(default_factory=dict)
     #: Trigger creations the rate limit allows this pass (None: no limit).
     create_tokens: int | None = None
+    #: Whether to decide node labels (`controller.capacity.nodes_to_label`): they depend
+    #: on every trigger, so `controller.incremental` decides them once over the whole
+    #: cluster, not in each partition's plan.
+    decide_labels: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -701,7 +705,11 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
 
     node_labels = tuple(
         LabelNode(node, value)
-        for node, value in nodes_to_label(snapshot.nodes, snapshot.nodepools, claims, live)
+        for node, value in (
+            nodes_to_label(snapshot.nodes, snapshot.nodepools, claims, live)
+            if snapshot.decide_labels
+            else ()
+        )
     )
     for key in sorted(set(groups) | set(by_group), key=GroupKey.sort_key):
         pods = groups.get(key, [])
