@@ -371,8 +371,8 @@ class _Solver:
     ) -> str | None:
         for ex in self.existing:  # addToExistingNode: first that fits (ExistingNode.CanAdd)
             if (
-                _untolerated(ex.node.taints, tolerations) is None
-                and fits(requests, ex.remaining)
+                fits(requests, ex.remaining)  # first: the cheapest test, and most often false
+                and _untolerated(ex.node.taints, tolerations) is None
                 and ex.requirements.compatible(reqs) is None
                 and anti_affinity_conflict(pod, (*ex.node.pods, *ex.pods), self.namespace_labels)
                 is None

@@ -405,10 +405,6 @@ class SimScheduler:
         pending pods in PrioritySort order, yielding whether it was bound."""
         view = self._view
         view.refresh()
-        node_objs, _ = self._store.list(NODES, copy_objects=False)
-        nodes = {n["metadata"]["name"]: self._node_with_pods(n) for n in node_objs}
-        self._nodes = {k: v for k, v in self._nodes.items() if k in nodes}
-        self._bound = {k: v for k, v in self._bound.items() if k in nodes}
         pending: list[_PodInfo] = []
         for pod in view.pending.get(name, {}).values():
             info = self._info(pod)
@@ -418,6 +414,13 @@ class SimScheduler:
             self._cache = {uid: v for uid, v in self._cache.items() if uid in view.pods}
         if name == "kai-scheduler":
             self._sync_reservations(list(view.pods.values()))
+        if not pending:
+            yield False
+            return  # nothing to place: the nodes need not be read (1,000 nodes cost 10s of ms)
+        node_objs, _ = self._store.list(NODES, copy_objects=False)
+        nodes = {n["metadata"]["name"]: self._node_with_pods(n) for n in node_objs}
+        self._nodes = {k: v for k, v in self._nodes.items() if k in nodes}
+        self._bound = {k: v for k, v in self._bound.items() if k in nodes}
         yield False
         pending.sort(
             key=lambda p: (-p.priority, p.pod["metadata"].get("creationTimestamp", ""), _ref(p.pod))
