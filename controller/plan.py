@@ -42,7 +42,7 @@ import heapq
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -273,6 +273,14 @@ class Plan:
             or self.labels
             or self.claim_deletes
         )
+
+
+def without_creates(decided: Plan) -> Plan:
+    """``decided`` with no trigger creates: what a pass applies while the creates of an
+    earlier pass are still in flight. Nothing else changes: `plan` tells the pods of a
+    create nothing (the executor says ``Triggered`` once the trigger exists), so they
+    simply wait for a later pass."""
+    return replace(decided, creates=())
 
 
 @dataclass(slots=True)

@@ -44,11 +44,13 @@ from controller.model import (
     ScaleUpStatus,
 )
 from controller.plan import (
+    CreateTrigger,
     Event,
     Plan,
     PlanConfig,
     SetStatus,
     triggered,
+    without_creates,
 )
 from controller.state import (
     NAMESPACES,
@@ -85,6 +87,12 @@ COMPONENT = "gpu-intent-controller"
 RETRY_HOLD_SECONDS = 120.0
 
 
+#: While creates are in flight, seconds between passes at least (`Controller._worth_a_pass`):
+#: Karpenter's batch idle window (1 s, ``BATCH_IDLE_DURATION``), within which a trigger
+#: whose pods got a node must be deleted or marked.
+INFLIGHT_PASS_SECONDS = 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class ControllerConfig:
     """Controller settings; ``plan`` holds the decision settings (see `PlanConfig`).
@@ -100,7 +108,7 @@ class ControllerConfig:
     max_delay_seconds: float = 0.5
     resync_seconds: float = 5.0
     watch_seconds: int = 300
-    concurrency: int = 8
+    concurrency: int = 32
     #: Status and Event writes per second at most (a leaky bucket, ``aiolimiter``): a
     #: burst of 10,000 pods is told over minutes rather than in one storm of API writes.
     #: Trigger creates, deletes, marks and links are not limited: they spend or save money.
@@ -191,6 +199,13 @@ class Controller:
         self._report_rate = AsyncLimiter(config.report_writes_per_second, 1.0)
         #: The background read-back of pods that left the pending set (`_read_left`).
         self._reader: asyncio.Task[None] | None = None
+        #: The creates of the last pass that decided any, still in flight (`apply`): the
+        #: passes meanwhile decide and write everything but creates.
+        self._creating: asyncio.Task[None] | None = None
+        #: When the last pass started (monotonic seconds), and what it saw of the inputs
+        #: that can make deletes and marks (`_worth_a_pass`).
+        self._last_pass = float("-inf")
+        self._money_seen: tuple[int, ...] = ()
         trigger_selector = (
             f"{TRIGGER_LABEL}={TRIGGER_LABEL_VALUE},{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
         )
@@ -292,7 +307,7 @@ class Controller:
             await self._stop_writers()
 
     async def _stop_writers(self) -> None:
-        for task in (self._writer, self._reader):
+        for task in (self._creating, self._writer, self._reader):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -318,6 +333,8 @@ class Controller:
             self._poked.set()  # plan at once, not after a resync period
             while True:
                 await self._settle()
+                if self.creating and not await self._worth_a_pass():
+                    continue
                 async with self.passing:  # held by a graceful shutdown: no new pass
                     try:
                         await self.reconcile_once()
@@ -325,6 +342,31 @@ class Controller:
                         log.exception("reconcile pass failed; retrying after the next change")
         finally:
             await self._stop_writers()
+
+    def _money_inputs(self) -> tuple[int, ...]:
+        """Versions of what can turn a trigger unneeded or linked (a delete or a mark):
+        NodeClaims, Nodes, nominations, FailedScheduling Events, NodePools, opted-in
+        namespaces, covers, and pods leaving the pending set."""
+        state = self.state
+        kinds = (NODECLAIMS, NODES, NOMINATIONS, REFUSALS, NODEPOOLS, NAMESPACES)
+        return (
+            *(state.version(kind) for kind in kinds),
+            state.covers_version(),
+            state.departures(),
+        )
+
+    async def _worth_a_pass(self) -> bool:
+        """While creates are in flight, a pass can only delete, mark, link, label and
+        report (`apply`), and planning 10,000 pods each time would take the CPU the
+        creates need: run one only when something it could act on moved since the last
+        pass (`_money_inputs`), at most once per `INFLIGHT_PASS_SECONDS`. False: skip
+        this turn (the end of the creates pokes the loop)."""
+        if self._money_inputs() == self._money_seen:
+            return False
+        wait = self._last_pass + INFLIGHT_PASS_SECONDS - self._monotonic()
+        if wait > 0 and self._creating is not None:
+            await asyncio.wait({self._creating}, timeout=wait)
+        return True
 
     async def _find_bound(self) -> None:
         """Before the first pass: find the pods told a tracked phase (``Triggered``,
@@ -486,6 +528,8 @@ class Controller:
         new ones linked (Karpenter buys again for a trigger left Unschedulable for a
         batch window). Returns the plan applied."""
         started = time.perf_counter()
+        self._last_pass = self._monotonic()
+        self._money_seen = self._money_inputs()
         if self.dra:
             await self._record_dra_intents()
         bucket = self._create_rate
@@ -493,6 +537,12 @@ class Controller:
         done = self.planner.run(self.now(), tokens)
         metrics.PLAN_SECONDS.observe(time.perf_counter() - started)  # deciding, before writes
         decided = done.plan
+        if self.creating and decided.creates:
+            # The last pass's creates are still in flight: this pass deletes, marks,
+            # links, labels and reports, and leaves creating to a pass after them (a
+            # trigger's name carries the second it was planned in, so creating again
+            # for the same pods now could make a second trigger for them).
+            decided = without_creates(decided)
         if bucket is not None and decided.creates:
             bucket.take(len(decided.creates), self._monotonic())
             if not bucket.available(self._monotonic()):
@@ -549,10 +599,11 @@ class Controller:
 
     async def apply(self, decided: Plan) -> None:
         """Apply a plan, money first: deletes and marks (what stops Karpenter buying; pods
-        told NodeReady are covered before their trigger goes) with the node labels, then
-        creates and links; status annotations and Events are queued for the status
-        writer, so a pass never waits behind them. Failures are logged; the next pass
-        retries."""
+        told NodeReady are covered before their trigger goes) with the node labels and
+        links, awaited; then the creates start in the background (`creating`), and passes
+        go on deciding meanwhile (`without_creates`). Status annotations and Events are
+        queued for the status writer, so a pass never waits behind them. Failures are
+        logged; the next pass retries."""
         now = self.now()
         for delete in decided.deletes:
             if delete.node_claim and delete.cover:
@@ -577,12 +628,36 @@ class Controller:
             *(self._delete_claim(c.name, c.reason) for c in decided.claim_deletes),
             *(self._mark(m.ref, m.node_claim) for m in decided.marks),
             *(self._label(n.node, n.value) for n in decided.labels),
-        )
-        await asyncio.gather(
-            *(self._create(c.body, c.gpus, c.group.pool, c.serves) for c in decided.creates),
             *(self._link(link.ref, link.node_claim) for link in decided.links),
         )
+        # Statuses never concern the pods of a create (`_create` tells those).
         self._queue_statuses(decided.statuses)
+        if decided.creates:
+            # The creates run on while the next passes decide: against a slow API server
+            # a pass's creates may take minutes, and a trigger whose pods got a node
+            # meanwhile must still be deleted or marked within Karpenter's batch window.
+            self._creating = asyncio.create_task(self._create_all(decided.creates), name="creates")
+
+    @property
+    def creating(self) -> bool:
+        """Whether a pass's trigger creates are still in flight."""
+        return self._creating is not None and not self._creating.done()
+
+    async def wait_creates(self) -> None:
+        """Wait until the creates in flight are done (tests and shutdown)."""
+        while self._creating is not None and not self._creating.done():
+            await asyncio.shield(self._creating)
+
+    async def _create_all(self, creates: Sequence[CreateTrigger]) -> None:
+        """Create ``creates``; then plan again. Each worker creates a trigger and marks it
+        before it takes the next, so a trigger is provisionable (marked Unschedulable) as
+        soon as it exists, not after every other create of the pass."""
+        try:
+            await self._each(
+                lambda c: self._create(c.body, c.gpus, c.group.pool, c.serves), creates
+            )
+        finally:
+            self._poked.set()
 
     async def _each(self, act: Callable[[Any], Awaitable[Any]], items: Sequence[Any]) -> None:
         """``act`` on every item with at most ``concurrency`` in flight, by that many
@@ -645,7 +720,9 @@ class Controller:
                 self.kube.annotate_pod(ref.namespace, ref.name, {ANNOTATION_NODECLAIM: node_claim}),
             )
         except KubeError as e:
-            log.warning("linking trigger %s to nodeclaim %s: %s", ref, node_claim, e, extra=about(ref))
+            log.warning(
+                "linking trigger %s to nodeclaim %s: %s", ref, node_claim, e, extra=about(ref)
+            )
             return
         self.state.expect(TRIGGERS, obj)
         log.info("trigger %s -> nodeclaim/%s", ref, node_claim, extra=about(ref))
@@ -693,9 +770,7 @@ class Controller:
                 report=True,
             )
         except KubeError as e:
-            log.warning(
-                "recording event %s on pod %s: %s", event.reason, ref, e, extra=about(ref)
-            )
+            log.warning("recording event %s on pod %s: %s", event.reason, ref, e, extra=about(ref))
 
     async def _label(self, node: str, value: str) -> None:
         try:

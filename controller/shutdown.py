@@ -6,9 +6,10 @@ Kubernetes stops a pod by sending SIGTERM, then SIGKILL after the pod's
 ``grace_seconds``, less than that, the controller:
 
 1. stops starting passes and answers ``/readyz`` with 503;
-2. lets the pass in flight finish its writes (creates, deletes, marks, links: a write
-   cut in the middle may or may not have reached the API server), then the status
-   writer its queue, for at most ``grace_seconds - RELEASE_RESERVE`` seconds;
+2. lets the pass in flight and the creates still running (`Controller.creating`) finish
+   their writes (creates, deletes, marks, links: a write cut in the middle may or may
+   not have reached the API server), then the status writer its queue, for at most
+   ``grace_seconds - RELEASE_RESERVE`` seconds;
 3. cancels the rest (informers, the leader's renewal), which releases the leader Lease
    (`controller.leader.LeaderElector.run`), so a follower takes over within a retry
    period instead of a lease duration;
@@ -70,6 +71,7 @@ async def stop_gracefully(
     try:
         async with asyncio.timeout(max(0.0, grace_seconds - RELEASE_RESERVE)):
             await controller.passing.acquire()  # released never: the loop stops here
+            await controller.wait_creates()
             await controller.flush_statuses()
     except TimeoutError:
         clean = False

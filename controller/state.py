@@ -195,6 +195,8 @@ class ClusterState:
         self._relisted: set[str] = set(KINDS)
         self._versions: dict[str, int] = dict.fromkeys(KINDS, 0)
         self._covers_version = 0
+        #: Moves whenever a pod leaves the pending set (`departures`).
+        self._departures = 0
         #: Retry states of pods whose trigger failed, held until their annotation shows
         #: them: pod -> (state, when set). See `controller.failures`.
         self._retries: dict[Key, tuple[RetryState, datetime]] = {}
@@ -232,6 +234,7 @@ class ClusterState:
         if kind == PENDING_PODS:
             for key, obj in self._objects[kind].items():
                 if key not in fresh:
+                    self._departures += 1
                     self._note_left(key, obj)
         self._objects[kind] = fresh
         self._expected[kind].clear()
@@ -253,6 +256,7 @@ class ClusterState:
             self._expected[kind].pop(key, None)
             self._parsed[kind].pop(key, None)
             if kind == PENDING_PODS:
+                self._departures += 1
                 self._note_left(key, obj)
             return
         self._objects[kind][key] = obj
@@ -278,6 +282,11 @@ class ClusterState:
     def covers_version(self) -> int:
         """A counter that moves whenever the NodeReady covers change."""
         return self._covers_version
+
+    def departures(self) -> int:
+        """A counter that moves whenever a pod leaves the pending set (bound, deleted, or
+        gone in a relist)."""
+        return self._departures
 
     def changes(self, kind: str) -> set[Key] | None:
         """Keys of ``kind`` whose view may have changed since the previous call, or None
@@ -608,9 +617,7 @@ class ClusterState:
 
     def allocated_claims(self) -> set[Key]:
         """``(namespace, name)`` of the cached ResourceClaims that are allocated."""
-        return {
-            key for key, obj in self._view(RESOURCECLAIMS).items() if obj.get("status")
-        }
+        return {key for key, obj in self._view(RESOURCECLAIMS).items() if obj.get("status")}
 
     def node_devices(self) -> dict[str, int]:
         """GPU devices the cached ResourceSlices publish, by node name

@@ -1,14 +1,16 @@
 """The executor's write slots: money (trigger creates, deletes, marks) never waits behind
-status and Event writes, which have slots of their own."""
+status and Event writes, which have slots of their own; deletes and marks never wait
+for creates still in flight."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, cast
 
+from controller.incremental import Pass
 from controller.kube import Kube, KubeError
 from controller.model import GroupKey, PodRef, ScaleUpStatus
-from controller.plan import CreateTrigger, Plan, SetStatus
+from controller.plan import CreateTrigger, DeleteTrigger, Plan, SetStatus
 from controller.reconciler import Controller, ControllerConfig
 from controller.state import PENDING_PODS
 
@@ -49,6 +51,7 @@ async def test_trigger_creates_and_marks_never_wait_behind_status_writes() -> No
     assert sum(c.startswith("annotate") for c in kube.calls) == 4  # every report slot busy
     create = CreateTrigger(GroupKey("gpu", "t4"), 1, {"metadata": {}}, (PodRef("ml", "new"),))
     await asyncio.wait_for(controller.apply(Plan(creates=(create,))), 5)
+    await asyncio.wait_for(controller.wait_creates(), 5)
     assert "create" in kube.calls and "mark gi-1" in kube.calls  # not held up
     kube.release.set()
     await controller.flush_statuses()
@@ -67,6 +70,7 @@ async def test_status_and_event_writes_are_rate_limited_and_trigger_writes_are_n
     assert sum(c.startswith("annotate") for c in kube.calls) == 2  # the bucket's 2 a second
     create = CreateTrigger(GroupKey("gpu", "t4"), 1, {"metadata": {}}, (PodRef("ml", "new"),))
     await asyncio.wait_for(controller.apply(Plan(creates=(create,))), 5)
+    await asyncio.wait_for(controller.wait_creates(), 5)
     assert "create" in kube.calls and "mark gi-1" in kube.calls
     assert sum(c.startswith("annotate") for c in kube.calls) == 2
     assert controller._writer is not None
@@ -106,3 +110,68 @@ async def test_failed_read_backs_wait_for_the_next_pass_and_settled_ones_poke_it
     kube.down = False
     await controller.read_left()
     assert controller.state.left() == [] and controller._poked.is_set()
+
+
+class SlowCreateKube:
+    """Records API calls; trigger creates hang until ``release`` is set (a slow or
+    overloaded API server); deletes, marks and statuses answer at once."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.release = asyncio.Event()
+
+    async def create_pod(self, namespace: str, body: Any) -> dict[str, Any]:
+        name = body["metadata"]["name"]
+        self.calls.append(f"create {name}")
+        await self.release.wait()
+        meta = {"namespace": namespace, "name": name, "resourceVersion": "5", "uid": name}
+        return {"metadata": meta, "spec": {"schedulerName": "gpu-intent-non-binding"}}
+
+    async def patch_pod_status(self, namespace: str, name: str, patch: Any) -> dict[str, Any]:
+        self.calls.append(f"mark {name}")
+        return {"metadata": {"namespace": namespace, "name": name}, "spec": {}}
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        self.calls.append(f"delete {name}")
+        return True
+
+    async def annotate_pod(self, namespace: str, name: str, annotations: Any) -> dict[str, Any]:
+        self.calls.append(f"annotate {name}")
+        return {"metadata": {"namespace": namespace, "name": name}, "spec": {}}
+
+    async def create_event(self, namespace: str, body: Any) -> None:
+        self.calls.append("event")
+
+
+def _create(name: str, pod: str) -> CreateTrigger:
+    return CreateTrigger(
+        GroupKey("gpu", "t4"), 1, {"metadata": {"name": name}}, (PodRef("ml", pod),)
+    )
+
+
+async def test_deletes_and_marks_do_not_wait_for_creates_in_flight() -> None:
+    """A pass's creates run on in the background; the next passes delete and mark at once
+    (a trigger whose pods got a node must go within Karpenter's batch window), and plan
+    no create while creates are in flight (a trigger planned again in another second has
+    another name: it would be a second trigger for the same pods)."""
+    kube = SlowCreateKube()
+    controller = Controller(cast(Kube, kube), ControllerConfig(concurrency=2))
+    await asyncio.wait_for(controller.apply(Plan(creates=(_create("gi-a", "a"),))), 1)
+    assert kube.calls == ["create gi-a"] and controller.creating  # apply did not wait
+    gone = PodRef("gpu-intent-system", "gi-old", "u1")
+    again = Plan(deletes=(DeleteTrigger(gone, "no pending pod needs it"),),
+                 creates=(_create("gi-b", "b"),))  # fmt: skip
+    controller.planner.run = lambda now, tokens=None: Pass(again, {}, 1, False)  # type: ignore[method-assign]
+    applied = await asyncio.wait_for(controller.reconcile_once(), 1)
+    assert "delete gi-old" in kube.calls  # not held behind the hanging create
+    assert applied.deletes and not applied.creates
+    assert "create gi-b" not in kube.calls
+    kube.release.set()
+    await asyncio.wait_for(controller.wait_creates(), 1)
+    assert "mark gi-a" in kube.calls and not controller.creating
+    assert controller._poked.is_set()  # the pods left out are planned for again at once
+    applied = await asyncio.wait_for(controller.reconcile_once(), 1)
+    await asyncio.wait_for(controller.wait_creates(), 1)
+    assert applied.creates and "create gi-b" in kube.calls
+    if controller._writer is not None:
+        controller._writer.cancel()

@@ -201,6 +201,7 @@ async def test_controller_never_deletes_a_pod_it_did_not_create(env: Env) -> Non
         await asyncio.wait_for(controller.ready.wait(), 5)
         for _ in range(5):
             await controller.reconcile_once()
+            await controller.wait_creates()
         names = sorted(p["metadata"]["name"] for p in await env.pods(TRIGGERS_NS))
         assert names == ["decoy-labels", "decoy-plain"]
     finally:
