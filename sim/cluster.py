@@ -46,6 +46,8 @@ class SimCluster:
         karpenter: Karpenter's batching windows and the NodeClaim lifecycle delays
             (seconds).
         karpenter_enabled: False leaves NodeClaims to the caller (tests of the API alone).
+        karpenter_solve_in_thread: Karpenter's solves run in a thread (`KarpenterSim`), for
+            benchmarks of a thousand nodes, where a solve takes seconds.
         scheduler_resync_seconds: how often each scheduler (kube-scheduler, HAMi's, KAI's,
             tensor-fusion's; one task each) retries without a change.
         bookmark_seconds: how often idle watches get a BOOKMARK (kube-apiserver sends
@@ -58,6 +60,7 @@ class SimCluster:
         *,
         karpenter: KarpenterTimings | None = None,
         karpenter_enabled: bool = True,
+        karpenter_solve_in_thread: bool = False,
         scheduler_resync_seconds: float = 0.5,
         bookmark_seconds: float = 60.0,
     ) -> None:
@@ -81,7 +84,11 @@ class SimCluster:
         self.dra_driver = DraDriver(self.store)
         self.resourceclaims = ResourceClaimController(self.store)
         self.karpenter = (
-            KarpenterSim(self.store, timings=karpenter or KarpenterTimings())
+            KarpenterSim(
+                self.store,
+                timings=karpenter or KarpenterTimings(),
+                solve_in_thread=karpenter_solve_in_thread,
+            )
             if karpenter_enabled
             else None
         )

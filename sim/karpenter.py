@@ -18,6 +18,7 @@ tolerate <key>=<value>:<effect>``, ``... exceed limits for nodepool: "gpu"``.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import json
 import logging
@@ -248,6 +249,26 @@ class NewNodeClaim:
     requests: dict[str, Decimal]
     pods: list[Obj] = field(default_factory=list)
     taints: Sequence[Obj] = ()
+    #: The most of each resource any of ``instance_types`` allocates (`_may_fit`); None
+    #: until read, and again whenever ``instance_types`` changes.
+    ceiling: dict[str, Decimal] | None = None
+
+
+def _may_fit(claim: NewNodeClaim, requests: Mapping[str, Decimal]) -> bool:
+    """False when no instance type of ``claim`` can hold its pods and ``requests``: some
+    resource would exceed the most any of them allocates. A necessary condition for the
+    `fits` test `_Solver._add` makes per instance type, so the verdict is the same; it
+    spares that test on the hundreds of full NodeClaims of a large solve."""
+    if claim.ceiling is None:
+        ceiling: dict[str, Decimal] = {}
+        for it in claim.instance_types:
+            for k, v in _allocatable(it).items():
+                if v > ceiling.get(k, _ZERO):
+                    ceiling[k] = v
+        claim.ceiling = ceiling
+    ceiling = claim.ceiling
+    have = claim.requests
+    return all(have.get(k, _ZERO) + q <= ceiling.get(k, _ZERO) for k, q in requests.items() if q > 0)
 
 
 @dataclass
@@ -346,6 +367,7 @@ class _Solver:
             for n in existing
         ]
         self.new: list[NewNodeClaim] = []
+        self._tolerations: dict[tuple[int, str], bool] = {}
 
     def schedule(self, pod: Obj, requests: dict[str, Decimal]) -> str | None:
         """``trySchedule``: add the pod, relaxing preferences after each failure."""
@@ -369,11 +391,12 @@ class _Solver:
     def _add(
         self, pod: Obj, requests: dict[str, Decimal], reqs: Requirements, tolerations: list[Obj]
     ) -> str | None:
+        tolerations_key = repr(tolerations)
         for ex in self.existing:  # addToExistingNode: first that fits (ExistingNode.CanAdd)
             if (
                 fits(requests, ex.remaining)  # first: the cheapest test, and most often false
-                and _untolerated(ex.node.taints, tolerations) is None
-                and ex.requirements.compatible(reqs) is None
+                and ex.requirements.can_meet(reqs)  # = compatible(reqs) is None
+                and self._tolerated(ex, tolerations, tolerations_key)
                 and anti_affinity_conflict(pod, (*ex.node.pods, *ex.pods), self.namespace_labels)
                 is None
             ):
@@ -384,6 +407,8 @@ class _Solver:
                 return None
         self.new.sort(key=lambda n: len(n.pods))  # addToInflightNode: fewest pods first
         for claim in self.new:
+            if not _may_fit(claim, requests):
+                continue  # full: no instance type of it has room
             total = _merge(claim.requests, requests)
             if not any(fits(total, _allocatable(it)) for it in claim.instance_types):
                 continue  # full: a cheap early exit (in-flight failures are never reported)
@@ -400,6 +425,7 @@ class _Solver:
             )
             if not isinstance(added, str):
                 claim.requirements, claim.instance_types = added
+                claim.ceiling = None
                 claim.requests = _merge(claim.requests, requests)
                 claim.pods.append(pod)
                 return None
@@ -441,6 +467,16 @@ class _Solver:
                     limits[k] -= max(_capacity(it).get(k, _ZERO) for it in its)
             return None
         return "; ".join(errors)
+
+    def _tolerated(self, ex: _Existing, tolerations: list[Obj], tolerations_key: str) -> bool:
+        """``_untolerated(ex.node.taints, tolerations) is None``, remembered per node and
+        tolerations (``tolerations_key``: their repr) for the solve (nodes' taints do not
+        change within it)."""
+        key = (id(ex), tolerations_key)
+        verdict = self._tolerations.get(key)
+        if verdict is None:
+            verdict = self._tolerations[key] = _untolerated(ex.node.taints, tolerations) is None
+        return verdict
 
     def _can_add(
         self,
@@ -565,6 +601,10 @@ def _instance_list(names: Sequence[str]) -> str:
     return shown + (f" and {len(names) - 5} other(s)" if len(names) > 5 else "")
 
 
+#: How often a pass looks whether a solve running in its thread has ended (seconds).
+_SOLVE_POLL_SECONDS = 0.05
+
+
 class KarpenterSim:
     """Karpenter, simulated: NodePool status, provisioning and the NodeClaim lifecycle.
 
@@ -583,6 +623,8 @@ class KarpenterSim:
         clock: monotonic seconds for batching, requeue and event dedupe (inject in tests).
         rng: zones, node IPs and instance IDs.
         legacy_messages: FailedScheduling in Karpenter v1.0-v1.3 wording.
+        solve_in_thread: run each solve in a thread (see ``_solver_thread``); off, a solve
+            runs within the pass (tests see its NodeClaims when `reconcile` returns).
     """
 
     def __init__(
@@ -595,6 +637,7 @@ class KarpenterSim:
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         legacy_messages: bool = False,
+        solve_in_thread: bool = False,
     ) -> None:
         self._store, self._catalog, self._timings = store, tuple(catalog), timings
         self._clock, self._legacy = clock, legacy_messages
@@ -603,6 +646,7 @@ class KarpenterSim:
         self._requeue: dict[str, tuple[str, float]] = {}  # pod uid -> (resourceVersion, due)
         self._view = PodView(store)  # pods with no node: the only ones IsProvisionable takes
         self._dedupe: dict[tuple[str, str], float] = {}  # (reason, pod uid) -> expiry
+        self._dedupe_swept = float("-inf")
         self._tokens, self._tokens_at = 10.0, clock()
         self._lifecycle = Lifecycle(
             store,
@@ -615,6 +659,24 @@ class KarpenterSim:
             ),
         )
         self._emptiness = Emptiness(store, timings, clock)
+        #: ``solve_in_thread``: solves run in a thread of their own, as Karpenter runs in a
+        #: process of its own, so that a solve of a thousand pods over a thousand nodes
+        #: (seconds) does not stop the sim's API server answering meanwhile; the results
+        #: are applied by the first pass after it ends (the cluster may have moved on, as
+        #: it does under a real Karpenter's solve). One solve at a time, as the
+        #: provisioner's singleton reconcile.
+        self._solver_thread = (
+            concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="karpenter-solve")
+            if solve_in_thread
+            else None
+        )
+        self._solving: (
+            tuple[concurrent.futures.Future[Results], Sequence[Obj], Mapping[str, Obj]] | None
+        ) = None
+        #: The pods (``namespace/name``) each NodeClaim was created for: what the real
+        #: Karpenter tells in its Nominated events, kept whole for benchmarks and tests
+        #: (the events are rate limited).
+        self.created_for: dict[str, tuple[str, ...]] = {}
 
     @property
     def emptiness(self) -> Emptiness:
@@ -648,6 +710,8 @@ class KarpenterSim:
     def close(self) -> None:
         """Cancel the NodeClaim lifecycle tasks (`run` does so when cancelled)."""
         self._lifecycle.close()
+        if self._solver_thread is not None:
+            self._solver_thread.shutdown(wait=False, cancel_futures=True)
 
     def reconcile(self) -> float | None:
         """One pass; returns the seconds until timed work is due (None: none pending)."""
@@ -655,9 +719,13 @@ class KarpenterSim:
         now = self._clock()
         self._view.refresh()
         self._trigger(list(self._view.unbound.values()), now)
-        if self._batcher.take(now):
+        solving = self._finish_solve()
+        if not solving and self._batcher.take(now):
             self._provision()
+            solving = self._solving is not None
         due = [t for _, t in self._requeue.values()]
+        if solving:
+            due.append(now + _SOLVE_POLL_SECONDS)
         if (empty := self._emptiness.reconcile()) is not None:
             due.append(now + empty)
         if self._batcher.deadline is not None:
@@ -708,17 +776,34 @@ class KarpenterSim:
             n["metadata"]["name"]: n["metadata"].get("labels") or {}
             for n in self._store.list(NAMESPACES, copy_objects=False)[0]
         }
-        results = solve(
-            Snapshot(
-                pending,
-                list(pools.values()),
-                existing,
-                self._catalog,
-                self._legacy,
-                namespaces,
-                self._lifecycle.unavailable.current(),
-            )
+        snapshot = Snapshot(
+            pending,
+            list(pools.values()),
+            existing,
+            self._catalog,
+            self._legacy,
+            namespaces,
+            self._lifecycle.unavailable.current(),
         )
+        if self._solver_thread is None:
+            self._apply(solve(snapshot), pending, pools)
+        else:
+            self._solving = (self._solver_thread.submit(solve, snapshot), pending, pools)
+
+    def _finish_solve(self) -> bool:
+        """With ``solve_in_thread``: apply a finished solve's results; True while one is
+        still running."""
+        if self._solving is None:
+            return False
+        future, pending, pools = self._solving
+        if not future.done():
+            return True
+        self._solving = None
+        self._apply(future.result(), pending, pools)
+        return False
+
+    def _apply(self, results: Results, pending: Sequence[Obj], pools: Mapping[str, Obj]) -> None:
+        """Events, nominations and NodeClaims of a solve's ``results``."""
         by_key = {_pod_key(p): p for p in pending}
         for key, error in results.errors.items():
             if self._dedupe_ok("FailedScheduling", by_key[key], 300.0):
@@ -734,6 +819,8 @@ class KarpenterSim:
                 self._nominate(placed_pod, node.nodeclaim, node.node)
         for claim in results.new_nodeclaims:
             name = self._create(claim, pools[claim.nodepool])
+            if name:
+                self.created_for[name] = tuple(_pod_key(p) for p in claim.pods)
             for placed_pod in claim.pods if name else ():
                 self._nominate(placed_pod, name, None)
 
@@ -769,8 +856,11 @@ class KarpenterSim:
     def _dedupe_ok(self, reason: str, pod: Obj, seconds: float) -> bool:
         """Karpenter's recorder dedupe: once per (reason, pod UID) per ``seconds``."""
         now, key = self._clock(), (reason, str(pod["metadata"].get("uid", "")))
-        self._dedupe = {k: t for k, t in self._dedupe.items() if t > now}
-        if key in self._dedupe:
+        if now >= self._dedupe_swept + 1.0:  # expired keys go once a second, not per call
+            self._dedupe = {k: t for k, t in self._dedupe.items() if t > now}
+            self._dedupe_swept = now
+        expiry = self._dedupe.get(key)
+        if expiry is not None and expiry > now:
             return False
         self._dedupe[key] = now + seconds
         return True

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -42,6 +43,10 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 _T = TypeVar("_T")
+
+#: A pass of an in-process controller (`Store.run_passes`) longer than this many seconds
+#: is logged: the sim's API server, in the same event loop, answers nothing meanwhile.
+SLOW_PASS_SECONDS = 1.0
 
 
 def json_copy(value: _T) -> _T:
@@ -417,11 +422,15 @@ class Store:
         """
         while True:
             seen = self._rv
+            started = time.monotonic()
             try:
                 wait = step()
             except Exception:
                 log.exception("%s pass failed; retrying in 1s", what)
                 wait = 1.0
+            took = time.monotonic() - started
+            if took > SLOW_PASS_SECONDS:  # the API server answered nothing meanwhile
+                log.warning("%s pass took %.1fs", what, took)
             await self.wait_changed(wait, since=seen, kinds=kinds)
 
     # -- reads ---------------------------------------------------------------------

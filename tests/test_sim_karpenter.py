@@ -1168,3 +1168,14 @@ def test_parse_duration() -> None:
     ]
     with pytest.raises(ValueError, match="invalid duration"):
         parse_duration("5 minutes")
+
+
+async def test_a_solve_in_its_thread_gives_the_same_nodeclaim_and_nominations() -> None:
+    """``solve_in_thread``: the results of a solve run off the event loop are applied by a
+    later pass; the outcome is the one the in-loop solve gives (see the test above)."""
+    store = new_store(GPU_POOL)
+    async with running(store, solve_in_thread=True):
+        add_pods(store, pod("a", gpus=1, selector=T4), pod("b", gpus=1, selector=T4))
+        [claim] = await wait_for(store, lambda: [c for c in objects(store, NODECLAIMS) if ready(c)])
+    assert claim["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "g4dn.12xlarge"
+    assert sorted(n for n, *_ in events(store, "Nominated")) == ["a", "b"]

@@ -255,3 +255,27 @@ def test_validate_pod_rejects_match_fields() -> None:
         "nodeSelectorTerms": [{"matchFields": [expr("metadata.name", "In", "n1")]}]
     }
     assert validate_pod(pod) == "node selector term with matchFields is not supported"
+
+
+NODE = from_labels(
+    {"kubernetes.io/hostname": "n1", "karpenter.k8s.aws/instance-gpu-name": "t4", "gpu": "on"}
+)
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        reqs(req("karpenter.k8s.aws/instance-gpu-name", "In", "t4")),
+        reqs(req("karpenter.k8s.aws/instance-gpu-name", "In", "l4")),
+        reqs(req("karpenter.k8s.aws/instance-gpu-name", "NotIn", "t4")),
+        reqs(req("gpu-intent.io/node", "DoesNotExist"), req("gpu", "In", "on")),
+        reqs(req("gpu-intent.io/trigger-name", "NotIn", "gi-1")),
+        reqs(req("kubernetes.io/arch", "In", "amd64")),  # undefined on the node
+        reqs(req("gpu", "DoesNotExist")),
+        reqs(req("gpu", "Exists"), req("kubernetes.io/hostname", "In", "n2")),
+        reqs(),
+    ],
+)
+def test_can_meet_agrees_with_compatible(pod: Requirements) -> None:
+    """The solver's fast existing-node check says what `compatible` says, reason aside."""
+    assert NODE.can_meet(pod) == (NODE.compatible(pod) is None)
