@@ -190,18 +190,25 @@ class Controller:
         self._create_rate = TokenBucket(rate, max(1.0, rate), monotonic()) if rate > 0 else None
         self._poked = asyncio.Event()
         self._instance = os.environ.get("POD_NAME") or socket.gethostname()
-        #: Write slots for what spends or saves money (creates, deletes, marks, links,
-        #: node labels) and, apart, for reports (statuses, Events): a burst of status
+        #: Write slots for what saves money (deletes, marks, links, node labels,
+        #: protections) and, apart, for reports (statuses, Events): a burst of status
         #: writes never delays marking a trigger linked, which is what stops Karpenter
         #: buying for it again.
         self._writes = asyncio.Semaphore(config.concurrency)
         self._report_writes = asyncio.Semaphore(config.concurrency)
+        #: Trigger creates have slots of their own too: thousands of creates in flight
+        #: (`_create_all`) never delay a delete or a mark, which stop Karpenter buying.
+        self._create_writes = asyncio.Semaphore(config.concurrency)
+        #: And protections (`_protect`), which run beside the passes.
+        self._protect_writes = asyncio.Semaphore(config.concurrency)
         self._report_rate = AsyncLimiter(config.report_writes_per_second, 1.0)
         #: The background read-back of pods that left the pending set (`_read_left`).
         self._reader: asyncio.Task[None] | None = None
         #: The creates of the last pass that decided any, still in flight (`apply`): the
         #: passes meanwhile decide and write everything but creates.
         self._creating: asyncio.Task[None] | None = None
+        #: The do-not-disrupt writes of the last pass that had any (`_protect`).
+        self._protector: asyncio.Task[None] | None = None
         #: When the last pass started (monotonic seconds), and what it saw of the inputs
         #: that can make deletes and marks (`_worth_a_pass`).
         self._last_pass = float("-inf")
@@ -307,7 +314,7 @@ class Controller:
             await self._stop_writers()
 
     async def _stop_writers(self) -> None:
-        for task in (self._creating, self._writer, self._reader):
+        for task in (self._creating, self._protector, self._writer, self._reader):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -552,7 +559,11 @@ class Controller:
                 )
         if decided:
             await self.apply(decided)
-        await self._protect()
+        if self._protector is None or self._protector.done():
+            # In the background: protecting hundreds of new NodeClaims and Nodes must not
+            # hold the next pass's deletes and marks (consolidation is seconds away at
+            # the earliest: consolidateAfter plus Karpenter's 15 s re-validation).
+            self._protector = asyncio.create_task(self._protect(), name="protect")
         if self.state.left() and (self._reader is None or self._reader.done()):
             self._reader = asyncio.create_task(self.read_left(), name="read-left")
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
@@ -585,7 +596,10 @@ class Controller:
         try:
             if report:
                 await self._report_rate.acquire()
-            async with self._report_writes if report else self._writes:
+            slots = {"create": self._create_writes, "protect": self._protect_writes}.get(
+                operation, self._report_writes if report else self._writes
+            )
+            async with slots:
                 try:
                     result = await coro
                 except KubeError:
@@ -794,7 +808,7 @@ class Controller:
             self.now(),
             self.config.protect_seconds,
         )
-        await asyncio.gather(*(self._protect_one(change) for change in changes))
+        await self._each(self._protect_one, changes)
 
     async def _protect_one(self, change: Protection) -> None:
         value = "true" if change.protect else None

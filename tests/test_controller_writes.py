@@ -175,3 +175,24 @@ async def test_deletes_and_marks_do_not_wait_for_creates_in_flight() -> None:
     assert applied.creates and "create gi-b" in kube.calls
     if controller._writer is not None:
         controller._writer.cancel()
+
+
+async def test_deletes_take_no_slot_of_the_creates_in_flight() -> None:
+    """Creates have write slots of their own: with every create slot busy on a hanging
+    create, a delete still goes out at once."""
+    kube = SlowCreateKube()
+    controller = Controller(cast(Kube, kube), ControllerConfig(concurrency=2))
+    creates = tuple(_create(f"gi-{i}", f"p{i}") for i in range(5))
+    await asyncio.wait_for(controller.apply(Plan(creates=creates)), 1)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert sum(c.startswith("create") for c in kube.calls) == 2  # both create slots busy
+    gone = PodRef("gpu-intent-system", "gi-old", "u1")
+    plan = Plan(deletes=(DeleteTrigger(gone, "no pending pod needs it"),))
+    await asyncio.wait_for(controller.apply(plan), 1)
+    assert "delete gi-old" in kube.calls
+    kube.release.set()
+    await asyncio.wait_for(controller.wait_creates(), 1)
+    assert sum(c.startswith("create") for c in kube.calls) == 5
+    if controller._writer is not None:
+        controller._writer.cancel()
