@@ -1,8 +1,9 @@
 """A burst of GPU pods against an API server that keeps failing: does the backlog drain?
 
 **Cluster**: a fresh `SimCluster` (API server, schedulers, kubelets, Karpenter) with
-EKS-like NodeClaim delays halved (`sim.nodeclaims.EKS_TIMINGS` x 0.5: batch 0.5 s idle /
-5 s max, NodeClaim Ready about 30 s after creation), the examples' namespaces and
+EKS-like NodeClaim delays (`sim.nodeclaims.EKS_TIMINGS` x ``--scale``, default 1: batch
+1 s idle / 10 s max, NodeClaim Ready about 60 s after creation, so that the whole burst
+is in flight together before the first NodeClaims are Ready), the examples' namespaces and
 NodePools (GPU limits raised), and the product as its own processes: the real webhook
 over TLS and the real ``gpu-intent controller`` at its default timings, with
 ``--max-triggers`` above the need (`bench.cost.product_processes`).
@@ -29,8 +30,9 @@ end: when every pod was bound, whether the backlog (pending pods, live triggers)
 after the burst ended, the reconcile time while at least 90 % of the needed NodeClaims
 (or of the peak, when fewer were ever in flight together) were in flight (passes, mean,
 of it the planning, and the histogram bucket holding the 99th percentile), every
-NodeClaim created (deleted ones too) against the NodeClaims needed, and the faults the
-API server injected, with the controller's own counts of API errors and relists.
+NodeClaim created (deleted ones too) against the NodeClaims needed, the story of the
+first NodeClaims whose node hosts no pod of the burst (`explain_extras`), and the faults
+the API server injected, with the controller's own counts of API errors and relists.
 """
 
 from __future__ import annotations
@@ -314,10 +316,10 @@ async def drop_watches_every(cluster: SimCluster, seconds: float, dropped: list[
 async def main_async(args: argparse.Namespace) -> None:
     pods = burst_pods(args.pods)
     needed = nodeclaims_needed(args.pods)
-    timings = EKS_TIMINGS.scaled(0.5)
+    timings = EKS_TIMINGS.scaled(args.scale)
     print(
         f"{args.pods} tensor-fusion pods of {GPUS_PER_POD} GPUs ({'/'.join(MODELS)}) at "
-        f"{args.rate:g} pods/s; NodeClaims needed {needed}; Karpenter EKS-like x 0.5 (batch "
+        f"{args.rate:g} pods/s; NodeClaims needed {needed}; Karpenter EKS-like x {args.scale:g} (batch "
         f"{timings.batch_idle_seconds:g}s idle / {timings.batch_max_seconds:g}s max, NodeClaim "
         f"Ready {timings.launch_seconds + timings.register_seconds + timings.initialize_seconds:g}s"
         f" after creation); faults: {args.error_rate:.0%} 500, {args.throttle_rate:.0%} 429 "
@@ -332,7 +334,9 @@ async def main_async(args: argparse.Namespace) -> None:
     )
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        async with SimCluster(workdir / "cluster", karpenter=timings) as cluster:
+        async with SimCluster(
+            workdir / "cluster", karpenter=timings, karpenter_solve_in_thread=True
+        ) as cluster:
             cfg = await load_configuration(str(cluster.kubeconfig))
             api = client.ApiClient(configuration=cfg)
             claims = ClaimCounter(cluster)
@@ -377,6 +381,7 @@ async def measure(
     dropper = asyncio.create_task(drop_watches_every(cluster, args.drop_every, dropped))
     burst = Burst()
     started = time.monotonic()
+    history = History(cluster, started)
     burster = asyncio.create_task(run_burst(api, pods, args.rate, burst))
     samples = [observe(cluster.store, 0.0, 0, await scrape(session, port), await api_latency(api))]
     print(
@@ -418,6 +423,8 @@ async def measure(
     diagnose(cluster.store)
     final = await scrape(session, port)
     summary(args, samples, burst, started, bound_at, needed, claims)
+    explain_extras(cluster, claims, history)
+    await history.close()
     print(
         f"faults injected: {errors.hits} x 500, {throttles.hits} x 429, {sum(dropped)} watches "
         f"dropped ({len(dropped)} times); the controller (since its last start) counted {final['api_errors']:.0f} API "
@@ -486,6 +493,91 @@ def summary(
         f"NodeClaims created (all, deleted ones too): {len(claims.created)} vs needed {needed} "
         f"({len(claims.created) - needed:+d}); deleted {deleted}"
     )
+
+
+class History:
+    """When each trigger and NodeClaim changed state, from store watches (seconds since
+    ``started``): a trigger's creation, ``PodScheduled`` reason, NodeClaim link and
+    deletion; a NodeClaim's creation, its first condition turning True, its node and its
+    deletion. Read by `explain_extras`."""
+
+    def __init__(self, cluster: SimCluster, started: float) -> None:
+        self.started = started
+        self.story: dict[str, list[tuple[float, str]]] = {}
+        self._last: dict[str, tuple[str, ...]] = {}
+        self.serves: dict[str, str] = {}
+        self._watchers = [
+            cluster.store.watch(sim_store.PODS, TRIGGERS_NS),
+            cluster.store.watch(sim_store.PODS, NAMESPACE),
+            cluster.store.watch(sim_store.NODECLAIMS, None),
+        ]
+        self._tasks = [asyncio.create_task(self._follow(w)) for w in self._watchers]
+
+    async def _follow(self, watcher: sim_store.Watcher) -> None:
+        async for event in watcher:
+            obj = event.obj
+            meta = obj["metadata"]
+            key = f"{meta.get('namespace') or 'nodeclaim'}/{meta['name']}"
+            conditions = (obj.get("status") or {}).get("conditions") or ()
+            if watcher.rt is sim_store.PODS and watcher.namespace == NAMESPACE:
+                raw = (meta.get("annotations") or {}).get("gpu-intent.io/scale-up", "")
+                phase = raw.split('"phase":"')[1].split('"')[0] if '"phase":"' in raw else ""
+                where = raw.split('"nodeClaim":"')[1].split('"')[0] if '"nodeClaim":"' in raw else ""
+                node = (obj.get("spec") or {}).get("nodeName", "")
+                state: tuple[str, ...] = (phase, f"({where})" if where else "", f"on {node}" if node else "")
+            elif watcher.rt is sim_store.PODS:
+                self.serves.setdefault(key, (meta.get("annotations") or {}).get("gpu-intent.io/serves", ""))
+                reason = next(
+                    (c.get("reason", "") for c in conditions if c.get("type") == "PodScheduled"),
+                    "unmarked",
+                )
+                link = (meta.get("annotations") or {}).get("gpu-intent.io/nodeclaim", "")
+                state = (reason, f"link={link}" if link else "")
+            else:
+                true = sorted(c["type"] for c in conditions if c.get("status") == "True")
+                state = (",".join(true), (obj.get("status") or {}).get("nodeName", ""))
+            if event.type == "DELETED":
+                state = ("DELETED",)
+            if self._last.get(key) != state:
+                self._last[key] = state
+                t = time.monotonic() - self.started
+                self.story.setdefault(key, []).append((t, " ".join(x for x in state if x)))
+
+    def told(self, key: str) -> str:
+        return "; ".join(f"{t:.1f}s {what}" for t, what in self.story.get(key, ()))
+
+    async def close(self) -> None:
+        for watcher in self._watchers:
+            watcher.close()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def explain_extras(cluster: SimCluster, claims: ClaimCounter, history: History) -> None:
+    """The NodeClaims whose node hosts no pod of the burst (bought for nothing, or gone),
+    each with its story and that of the triggers Karpenter created it for, so that an
+    extra NodeClaim says how it came about."""
+    store = cluster.store
+    used = {
+        (p.get("spec") or {}).get("nodeName")
+        for p in store.iter_objects(sim_store.PODS)
+        if p["metadata"]["namespace"] == NAMESPACE
+    }
+    live = {c["metadata"]["name"]: c for c in store.iter_objects(sim_store.NODECLAIMS)}
+    empty = [
+        name
+        for name in claims.created
+        if name not in live or (live[name].get("status") or {}).get("nodeName") not in used
+    ]
+    if not empty:
+        return
+    created_for = cluster.karpenter.created_for if cluster.karpenter is not None else {}
+    print(f"NodeClaims with no pod of the burst on their node: {len(empty)} (the first 5)")
+    for name in empty[:5]:
+        print(f"  nodeclaim/{name}: {history.told('nodeclaim/' + name)}")
+        for pod in created_for.get(name, ()):
+            print(f"    created for {pod}: {history.told(pod)}")
+            for served in filter(None, history.serves.get(pod, "").split(",")):
+                print(f"      serving {served}: {history.told(served)}")
 
 
 def diagnose(store: sim_store.Store) -> None:
@@ -557,6 +649,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Parse ``argv`` (default: the command line) and run the benchmark."""
     parser = argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__)
     parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply Karpenter's delays")
     parser.add_argument("--rate", type=float, default=100.0, help="pods created per second")
     parser.add_argument("--error-rate", type=float, default=0.05)
     parser.add_argument("--throttle-rate", type=float, default=0.02)
