@@ -44,6 +44,10 @@ def claim(name: str, *requests: dict[str, Any], template: bool = False) -> dict[
     }
 
 
+#: The examples' gpu-dra NodePool is tainted for DRA pods only.
+DRA_ONLY_TOLERATION = {"key": "gpu-intent.io/dra-only", "operator": "Exists", "effect": "NoSchedule"}
+
+
 def dra_pod(
     name: str, *, template: str | None = None, claim_name: str | None = None, pool: str = "gpu-dra"
 ) -> dict[str, Any]:
@@ -60,7 +64,7 @@ def dra_pod(
         "metadata": {"name": name, "namespace": "ml"},
         "spec": {
             "nodeSelector": {"karpenter.sh/nodepool": pool},
-            "tolerations": [GPU_TOLERATION],
+            "tolerations": [GPU_TOLERATION, DRA_ONLY_TOLERATION],
             "resourceClaims": [entry],
             "containers": [
                 {
