@@ -19,6 +19,7 @@ from kubernetes_asyncio import client
 from controller import metrics
 from controller.kube import Kube, KubeError, load_configuration
 from controller.leader import (
+    JITTER_FACTOR,
     LeaderElectionConfig,
     LeaderElector,
     LeadershipLost,
@@ -297,7 +298,11 @@ async def two_replicas(env: Env, release: bool) -> None:
         stopped = time.monotonic()
         task_a.cancel()
         await asyncio.gather(task_a, return_exceptions=True)
-        await asyncio.wait_for(b.elector.leading.wait(), TAKEOVER["lease_seconds"] + 0.5)
+        # The follower takes the Lease once it has seen the last renewal unchanged for a
+        # lease duration: it sees that renewal up to one jittered retry period late, and
+        # polls once per retry period (client-go's observedTime semantics).
+        most = TAKEOVER["lease_seconds"] + 2 * JITTER_FACTOR * TAKEOVER["retry_seconds"]
+        await asyncio.wait_for(b.elector.leading.wait(), most + 0.5)
         took = time.monotonic() - stopped
         if release:
             assert took < 0.7, took  # taken within one jittered retry period (0.2-0.44 s)
