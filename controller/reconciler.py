@@ -87,6 +87,12 @@ COMPONENT = "gpu-intent-controller"
 RETRY_HOLD_SECONDS = 120.0
 
 
+#: Status and Event writes in flight at most: they are rate limited
+#: (``report_writes_per_second``), so a few slots keep up, and each write in flight may
+#: hold a connection of its own.
+REPORT_CONCURRENCY = 8
+
+
 #: While creates are in flight, seconds between passes at least (`Controller._worth_a_pass`):
 #: Karpenter's batch idle window (1 s, ``BATCH_IDLE_DURATION``), within which a trigger
 #: whose pods got a node must be deleted or marked.
@@ -194,8 +200,9 @@ class Controller:
         #: protections) and, apart, for reports (statuses, Events): a burst of status
         #: writes never delays marking a trigger linked, which is what stops Karpenter
         #: buying for it again.
+        self._report_concurrency = min(REPORT_CONCURRENCY, config.concurrency)
         self._writes = asyncio.Semaphore(config.concurrency)
-        self._report_writes = asyncio.Semaphore(config.concurrency)
+        self._report_writes = asyncio.Semaphore(self._report_concurrency)
         #: Trigger creates have slots of their own too: thousands of creates in flight
         #: (`_create_all`) never delay a delete or a mark, which stop Karpenter buying.
         self._create_writes = asyncio.Semaphore(config.concurrency)
@@ -673,17 +680,23 @@ class Controller:
         finally:
             self._poked.set()
 
-    async def _each(self, act: Callable[[Any], Awaitable[Any]], items: Sequence[Any]) -> None:
-        """``act`` on every item with at most ``concurrency`` in flight, by that many
-        workers: 10,000 status writes are 8 coroutines, not 10,000 tasks (which held
-        about 100 MiB at once)."""
+    async def _each(
+        self,
+        act: Callable[[Any], Awaitable[Any]],
+        items: Sequence[Any],
+        concurrency: int | None = None,
+    ) -> None:
+        """``act`` on every item with at most ``concurrency`` (default the config's) in
+        flight, by that many workers: 10,000 status writes are 8 coroutines, not 10,000
+        tasks (which held about 100 MiB at once)."""
         queue = iter(items)
+        workers = min(concurrency or self.config.concurrency, len(items))
 
         async def worker() -> None:
             for item in queue:
                 await act(item)
 
-        await asyncio.gather(*(worker() for _ in range(min(self.config.concurrency, len(items)))))
+        await asyncio.gather(*(worker() for _ in range(workers)))
 
     def _queue_statuses(self, changes: Sequence[SetStatus]) -> None:
         """Hand status writes to the writer task: the latest per pod wins, and one equal
@@ -702,7 +715,9 @@ class Controller:
             batch, self._queued = self._queued, {}
             self._writing.update(batch)
             try:
-                await self._each(self._set_status, list(batch.values()))
+                await self._each(
+                    self._set_status, list(batch.values()), self._report_concurrency
+                )
             finally:
                 for key in batch:
                     self._writing.pop(key, None)
