@@ -208,6 +208,7 @@ class Controller:
         self._create_writes = asyncio.Semaphore(config.concurrency)
         #: And protections (`_protect`), which run beside the passes.
         self._protect_writes = asyncio.Semaphore(config.concurrency)
+        self._slots_by_operation = {"create": self._create_writes, "protect": self._protect_writes}
         self._report_rate = AsyncLimiter(config.report_writes_per_second, 1.0)
         #: The background read-back of pods that left the pending set (`_read_left`).
         self._reader: asyncio.Task[None] | None = None
@@ -603,10 +604,8 @@ class Controller:
         try:
             if report:
                 await self._report_rate.acquire()
-            slots = {"create": self._create_writes, "protect": self._protect_writes}.get(
-                operation, self._report_writes if report else self._writes
-            )
-            async with slots:
+            default = self._report_writes if report else self._writes
+            async with self._slots_by_operation.get(operation, default):
                 try:
                     result = await coro
                 except KubeError:
