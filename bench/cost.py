@@ -487,6 +487,7 @@ def controller_flags(config: ControllerConfig) -> list[str]:
     flags = [
         "--namespace", plan.trigger.namespace,
         "--cover-seconds", f"{plan.cover_seconds:g}",
+        "--cover-max-seconds", f"{plan.cover_max_seconds:g}",
         "--max-triggers", str(plan.max_triggers),
         "--pass-idle-seconds", f"{config.idle_seconds:g}",
         "--pass-max-delay-seconds", f"{config.max_delay_seconds:g}",

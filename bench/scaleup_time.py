@@ -65,6 +65,7 @@ def controller_config(factor: float) -> ControllerConfig:
             trigger=TriggerSettings(namespace=cost.TRIGGERS_NS),
             default_nodepool=cost.DEFAULT_NODEPOOL,
             cover_seconds=PlanConfig().cover_seconds * factor,
+            cover_max_seconds=PlanConfig().cover_max_seconds * factor,
             max_triggers=MAX_TRIGGERS,
         ),
         idle_seconds=defaults.idle_seconds * factor,

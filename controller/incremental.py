@@ -281,6 +281,7 @@ class IncrementalPlanner:
             self._removals,
             self._tokens,
             decide_labels,
+            self._state.last_bind(),
         )
 
     def _refresh_shared(self, now: datetime) -> tuple[bool, bool]:

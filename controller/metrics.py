@@ -40,7 +40,8 @@ OPERATIONS = Counter(
 RECONCILE_SECONDS = Histogram(
     "gpu_intent_reconcile_seconds",
     "Duration of one plan-and-apply pass (its writes included).",
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+    # Up to a minute: a pass whose writes meet 429s and 500s waits out their retries.
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
     registry=REGISTRY,
 )
 PLAN_SECONDS = Histogram(

@@ -22,8 +22,9 @@ Given the pending GPU pods, the live trigger pods, NodeClaims, NodePools and Kar
    is told that no NodeClaim is known yet. When the linked NodeClaim is Ready the
    trigger is deleted and its pods are told ``NodeReady``;
 5. pods told ``NodeReady`` stay out of planning for ``cover_seconds`` while their
-   NodeClaim stays Ready, so the gap between trigger deletion and the real pod binding
-   does not buy a second node;
+   NodeClaim stays Ready (longer, up to ``cover_max_seconds``, while their schedulers
+   are still binding pods we scaled up for), so the gap between trigger deletion and
+   the real pod binding does not buy a second node;
 6. pods that got a node while being scaled up for are told ``Scheduled``, naming the
    NodeClaim whose node they run on, so no stale status outlives the scale-up;
 7. failed triggers (`controller.failures.trigger_failure`) are removed and their pods
@@ -94,6 +95,8 @@ class PlanConfig:
             are reported ``Unresolvable``).
         cover_seconds: how long pods told ``NodeReady`` are left to their scheduler
             before their demand counts again (KAI's node-scale-adjuster waits 60 s).
+        cover_max_seconds: how long such a cover may last while the schedulers are
+            still binding pods we scaled up for (`controller.capacity.cover_holds`).
         max_triggers: most live trigger pods at once; a bound on what a bug or a flood
             of pods can buy.
         max_triggers_per_pool: most live trigger pods of one NodePool (0: only
@@ -113,6 +116,7 @@ class PlanConfig:
     trigger: TriggerSettings = field(default_factory=TriggerSettings)
     default_nodepool: str | None = None
     cover_seconds: float = 60.0
+    cover_max_seconds: float = 300.0
     max_triggers: int = 100
     max_triggers_per_pool: int = 0
     max_gpus_per_trigger: int = 8
@@ -162,6 +166,10 @@ class Snapshot:
     #: on every trigger, so `controller.incremental` decides them once over the whole
     #: cluster, not in each partition's plan.
     decide_labels: bool = True
+    #: When a pod we scaled up for was last seen bound (its ``PodScheduled=True`` time):
+    #: NodeReady covers outlive ``cover_seconds`` while the schedulers are still binding
+    #: (`controller.capacity.cover_holds`). None: no bind seen.
+    last_bind: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -563,6 +571,8 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
         snapshot.used,
         now,
         config.cover_seconds,
+        config.cover_max_seconds,
+        snapshot.last_bind,
     )
     for pod in snapshot.pods:  # order-free: packing sorts what it packs
         if isinstance(pod, InvalidPod):

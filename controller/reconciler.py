@@ -630,7 +630,12 @@ class Controller:
                 self.state.cover(
                     ((r.namespace, r.name) for r in delete.cover), delete.node_claim, now
                 )
-        self.state.expire_covers(now - timedelta(seconds=self.config.plan.cover_seconds))
+        # A cover may outlive cover_seconds while the schedulers are binding
+        # (`controller.capacity.cover_holds`): the record is kept as long as it may hold.
+        plan_config = self.config.plan
+        self.state.expire_covers(
+            now - timedelta(seconds=max(plan_config.cover_seconds, plan_config.cover_max_seconds))
+        )
         for delete in decided.deletes:
             for ref, retry in delete.retries:
                 self.state.hold_retry((ref.namespace, ref.name), retry, now)

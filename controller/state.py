@@ -182,6 +182,8 @@ class ClusterState:
         #: GPUs (the intents' ``gpus``) of the pods we were scaling up for, by the node
         #: they were found bound to: what of a new node's GPUs they took.
         self._used: dict[str, Decimal] = {}
+        #: The latest ``PodScheduled=True`` time of such a pod (`last_bind`).
+        self._last_bind: datetime | None = None
         #: Pods in namespaces that did not opt in, already logged once.
         self._ignored: set[Key] = set()
         #: Parsed values by kind and key: (resourceVersion, generation, value).
@@ -362,12 +364,21 @@ class ClusterState:
         status = ScaleUpStatus.from_annotation(annotations.get(ANNOTATION_SCALE_UP))
         if status is not None and status.phase in TRACKED_PHASES:
             self._bound[key] = current
+        bound_at = ScheduledPod.parse(current).bound_at
+        if bound_at is not None and (self._last_bind is None or bound_at > self._last_bind):
+            self._last_bind = bound_at
         try:
             intent = Intent.from_annotations(annotations)
         except IntentError:
             intent = None
         if intent is not None:
             self._used[node] = self._used.get(node, Decimal(0)) + intent.gpus
+
+    def last_bind(self) -> datetime | None:
+        """When a pod we were scaling up for was last bound (its ``PodScheduled=True``
+        time, as `resolve_left` read it), None before any: the schedulers' progress,
+        which keeps NodeReady covers (`controller.capacity.cover_holds`)."""
+        return self._last_bind
 
     def cover(self, keys: Iterable[Key], node_claim: str, since: datetime) -> None:
         """Record that these pods were left to their scheduler on ``node_claim`` at
@@ -596,6 +607,7 @@ class ClusterState:
             retries=self.retries(),
             refusals=self.refusals(now),
             removals=self.removals(),
+            last_bind=self.last_bind(),
         )
 
     def nodes(self) -> dict[str, NodeInfo]:

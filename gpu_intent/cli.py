@@ -155,7 +155,7 @@ def add_planning_flags(
     """Add the controller's planning flags to ``parser`` (``controller`` and ``demo`` share
     them): ``--namespace`` (trigger pods' namespace, default ``namespace``),
     ``--default-nodepool`` (default ``default_nodepool``), ``--gpu-name-label``,
-    ``--gpu-memory-label``, ``--binding-triggers``, ``--trigger-image``, ``--trigger-priority-class``, ``--trigger-deadline-seconds``, ``--cover-seconds`` (seconds) and
+    ``--gpu-memory-label``, ``--binding-triggers``, ``--trigger-image``, ``--trigger-priority-class``, ``--trigger-deadline-seconds``, ``--cover-seconds``, ``--cover-max-seconds`` (seconds) and
     ``--max-triggers``. `plan_config` turns the parsed values into a ``PlanConfig``."""
     parser.add_argument("--namespace", default=namespace, help=namespace_help)
     parser.add_argument(
@@ -206,6 +206,14 @@ def add_planning_flags(
         help="how long pods whose node is Ready are left to their scheduler before buying again",
     )
     parser.add_argument(
+        "--cover-max-seconds",
+        type=_positive,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long that may last while their schedulers are still binding pods "
+        "gpu-intent scaled up for (a burst binds one pod after another)",
+    )
+    parser.add_argument(
         "--max-triggers",
         type=_non_negative_int,
         default=100,
@@ -230,6 +238,7 @@ def plan_config(args: argparse.Namespace) -> PlanConfig:
         ),
         default_nodepool=args.default_nodepool,
         cover_seconds=args.cover_seconds,
+        cover_max_seconds=args.cover_max_seconds,
         max_triggers=args.max_triggers,
     )
 

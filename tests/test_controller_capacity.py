@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from controller_fixtures import gpu_pod, nodeclaim, nodepool
 
-from controller.capacity import claim_hosts, fresh, held_covers, place_on_free
+from controller.capacity import claim_hosts, cover_holds, fresh, held_covers, place_on_free
 from controller.model import (
     GroupKey,
     PendingPod,
@@ -60,6 +60,35 @@ def test_covers_hold_earliest_first_and_free_room_is_what_they_and_bound_pods_le
     assert free == {}  # nothing left for anyone else
     held, free = held_covers(pods[:1], {"nc": claim}, covers, {}, NOW, 60)
     assert [r.name for r in held] == ["a"] and free == {"nc": Decimal("1.5")}
+
+
+def test_a_cover_outlives_its_period_only_while_pods_keep_binding_and_never_past_the_max() -> None:
+    def holds(age: float, bound_ago: float | None) -> bool:
+        last = None if bound_ago is None else NOW - timedelta(seconds=bound_ago)
+        return cover_holds(NOW - timedelta(seconds=age), NOW, 60, 300, last)
+
+    assert holds(59, None)  # within the cover period, progress or not
+    assert not holds(61, None)  # past it, no bind ever seen
+    assert holds(61, 5)  # past it, but a pod we served was bound 5 s ago
+    assert holds(299, 59)
+    assert not holds(61, 60)  # the last bind is itself a cover period old: stalled
+    assert not holds(300, 1)  # the hard limit, however busy the schedulers
+    assert not cover_holds(NOW - timedelta(seconds=61), NOW, 60)  # no max: the period only
+
+
+def test_held_covers_keep_a_burst_that_is_still_binding_past_the_cover_period() -> None:
+    claims = {n: ready_claim(n, 1) for n in ("nc-a", "nc-b")}
+    pods = [pending("a", "1"), pending("b", "1")]
+    covers = {("ml", "a"): ("nc-a", NOW - timedelta(seconds=90))}
+    covers[("ml", "b")] = ("nc-b", NOW - timedelta(seconds=30))
+    held, _ = held_covers(pods, claims, covers, {}, NOW, 60)
+    assert [r.name for r in held] == ["b"]  # a's 60 s are over
+    binding = NOW - timedelta(seconds=2)
+    held, _ = held_covers(pods, claims, covers, {}, NOW, 60, 300, binding)
+    assert sorted(r.name for r in held) == ["a", "b"]
+    stalled = NOW - timedelta(seconds=70)
+    held, _ = held_covers(pods, claims, covers, {}, NOW, 60, 300, stalled)
+    assert [r.name for r in held] == ["b"]
 
 
 def test_free_gpus_take_the_pods_the_node_can_host_largest_first() -> None:

@@ -402,6 +402,24 @@ def test_pods_told_node_ready_are_left_to_their_scheduler_for_the_cover_period()
     assert len(again.creates) == 1
 
 
+def test_the_cover_lasts_while_the_schedulers_are_still_binding_up_to_its_max() -> None:
+    claim = nodeclaim("nc-1", "gpu-standard", model="l4", ready=True, node="ip-10-0-0-1")
+    pod = gpu_pod(
+        "a", "1", model="l4", status_annotation=node_ready_status(NOW - timedelta(seconds=10))
+    )
+
+    def creates(after: float, bound_ago: float) -> int:
+        now = NOW + timedelta(seconds=after)
+        base = snapshot([pod], claims=[claim], now=now)
+        busy = replace(base, last_bind=now - timedelta(seconds=bound_ago))
+        return len(plan(busy, CONFIG).creates)
+
+    assert CONFIG.cover_max_seconds == 300.0
+    assert creates(CONFIG.cover_seconds, bound_ago=1) == 0  # a burst still binding
+    assert creates(CONFIG.cover_seconds, bound_ago=CONFIG.cover_seconds) == 1  # stalled
+    assert creates(CONFIG.cover_max_seconds, bound_ago=1) == 1  # the hard limit
+
+
 def test_cover_ends_when_the_nodeclaim_is_gone() -> None:
     pod = gpu_pod("a", "1", model="l4", status_annotation=node_ready_status(NOW))
     assert len(plan(snapshot([pod]), CONFIG).creates) == 1

@@ -158,6 +158,9 @@ def test_unsimulatable_names_unknown_resources_and_labels() -> None:
     assert karpenter.is_copyable_label("karpenter.k8s.aws/instance-family", set())
 
 
+BOUND_AT = "2026-11-21T00:00:07Z"
+
+
 def test_a_pod_bound_while_being_scaled_up_for_is_remembered_until_told() -> None:
     state = ClusterState(Clock())
     state.replace(PENDING_PODS, [])
@@ -168,6 +171,9 @@ def test_a_pod_bound_while_being_scaled_up_for_is_remembered_until_told() -> Non
         pod = gpu_pod(name, "1", model="l4", status_annotation=status)
         if node:
             pod["spec"]["nodeName"] = node
+            pod["status"]["conditions"] = [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": BOUND_AT}
+            ]
         state.apply(PENDING_PODS, "ADDED", gpu_pod(name, "1", model="l4", status_annotation=status))
         # The watch's DELETED carries the previous object, without the nodeName.
         state.apply(
@@ -177,11 +183,14 @@ def test_a_pod_bound_while_being_scaled_up_for_is_remembered_until_told() -> Non
     # Only pods we were scaling up for are read back (b was Native).
     assert state.left() == [("ml", "a"), ("ml", "c")]
     assert state.snapshot(datetime(2026, 11, 21, tzinfo=UTC)).scheduled == []
+    assert state.last_bind() is None
     for key in state.left():
         state.resolve_left(key, current[key])
     assert state.left() == []
     snap = state.snapshot(datetime(2026, 11, 21, tzinfo=UTC))
     assert [(p.ref.name, p.node) for p in snap.scheduled] == [("a", "n1")]
+    # The schedulers' progress, which keeps NodeReady covers while a burst binds.
+    assert snap.last_bind == state.last_bind() == datetime(2026, 11, 21, 0, 0, 7, tzinfo=UTC)
     # What it took of its node counts against the covers of that node's NodeClaim.
     assert snap.used == {"n1": Decimal(1)}
     state.forget_scheduled(("ml", "a"))
