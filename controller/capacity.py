@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 
 from controller.model import (
@@ -100,22 +100,37 @@ def cover_of(
     return None
 
 
-def fresh(claim: NodeClaimInfo, now: datetime, cover: float) -> bool:
-    """Whether ``claim`` was bought for our triggers and turned Ready less than ``cover``
-    seconds ago (its free GPUs are ours to place pods on)."""
+def fresh(
+    claim: NodeClaimInfo,
+    now: datetime,
+    cover: float,
+    cover_max: float | None = None,
+    last_bind: datetime | None = None,
+) -> bool:
+    """Whether ``claim`` was bought for our triggers and turned Ready within a cover
+    (`cover_holds` from its Ready time): its free GPUs are ours to place pods on. Its
+    own pods may have been bound elsewhere by their scheduler, and the pods bound to
+    it may have been covered on another NodeClaim: its free GPUs must stay theirs as
+    long as their covers hold."""
     return (
         bool(claim.marked)
         and claim.ready
         and not claim.deleting
         and claim.ready_since is not None
-        and now - claim.ready_since < timedelta(seconds=cover)
+        and cover_holds(claim.ready_since, now, cover, cover_max, last_bind)
     )
 
 
-def fresh_claims(claims: Mapping[str, NodeClaimInfo], now: datetime, cover: float) -> bool:
+def fresh_claims(
+    claims: Mapping[str, NodeClaimInfo],
+    now: datetime,
+    cover: float,
+    cover_max: float | None = None,
+    last_bind: datetime | None = None,
+) -> bool:
     """Whether any NodeClaim is `fresh`: its free GPUs take pending pods of any group it
     can host, and that ends with ``now`` alone."""
-    return any(fresh(c, now, cover) for c in claims.values())
+    return any(fresh(c, now, cover, cover_max, last_bind) for c in claims.values())
 
 
 def held_covers(
@@ -154,7 +169,11 @@ def held_covers(
             if pod.intent.gpus <= room_of(claim):
                 held.add(pod.ref)
                 room[name] -= pod.intent.gpus
-    free = {c.name: room_of(c) for c in claims.values() if fresh(c, now, cover)}
+    free = {
+        c.name: room_of(c)
+        for c in claims.values()
+        if fresh(c, now, cover, cover_max, last_bind)
+    }
     return held, {name: gpus for name, gpus in free.items() if gpus > 0}
 
 

@@ -211,7 +211,11 @@ class IncrementalPlanner:
         # NodeClaim can host, which may lie in two partitions (a model-less group on the
         # node of a model), and they change with ``now`` alone: plan those passes whole.
         capacity = bool(self._covers) or any(m.time_sensitive for m in self._memos())
-        capacity = capacity or fresh_claims(self._claims, now, self._config.cover_seconds)
+        config = self._config
+        last_bind = self._state.last_bind()
+        capacity = capacity or fresh_claims(
+            self._claims, now, config.cover_seconds, config.cover_max_seconds, last_bind
+        )
         # Failures and caps that reach across partitions or change with ``now`` alone:
         # a group's cooldown, a NodeClaim past the initialization timeout, and the
         # per-pool trigger cap when anything is created (partitions of one pool share it).

@@ -47,6 +47,10 @@ def test_a_nodeclaim_is_fresh_only_when_bought_for_us_and_ready_within_the_cover
     assert fresh(ready_claim("a", 1), NOW, 60)
     assert not fresh(ready_claim("b", 1, marked=False), NOW, 60)  # not bought for us
     assert not fresh(ready_claim("c", 1, age=61), NOW, 60)  # Ready too long ago
+    # ... unless the schedulers are still binding a burst's pods (up to the max).
+    binding = NOW - timedelta(seconds=3)
+    assert fresh(ready_claim("c", 1, age=61), NOW, 60, 300, binding)
+    assert not fresh(ready_claim("c", 1, age=300), NOW, 60, 300, binding)
 
 
 def test_covers_hold_earliest_first_and_free_room_is_what_they_and_bound_pods_leave() -> None:
