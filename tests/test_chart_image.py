@@ -76,6 +76,20 @@ def test_runs_as_the_non_root_user_the_chart_names_with_gpu_intent_as_entrypoint
     assert entrypoint == '["gpu-intent"]'
 
 
+def test_the_final_stage_sets_what_the_memory_benchmark_runs_the_controller_with() -> None:
+    from bench.controller_rss import IMAGE_ENV
+
+    [build, final] = stages()
+    env = dict(
+        pair.split("=", 1) for word, args in final if word == "ENV" for pair in args.split()
+    )
+    assert IMAGE_ENV.items() <= env.items(), env
+    # Its bytecode is compiled at build time for that optimization level (the final
+    # stage cannot write any: PYTHONDONTWRITEBYTECODE, a read-only root filesystem).
+    runs = " ".join(a for w, a in build if w == "RUN")
+    assert "compileall" in runs and f"-o {IMAGE_ENV['PYTHONOPTIMIZE']}" in runs
+
+
 def test_the_build_context_holds_every_package_pyproject_installs() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     setuptools = project["tool"]["setuptools"]
