@@ -217,7 +217,7 @@ async def _until_settled(port: int, store: Store, seconds: float = 300) -> None:
         await asyncio.sleep(0.5)
 
 
-async def _until_every_status(store: Store, seconds: float = 600) -> None:
+async def _until_every_status(store: Store, seconds: float = 1200) -> None:
     """Wait until every GPU pod carries the controller's status annotation (10,000 status
     writes and Events take it a few minutes at its default write rate)."""
     deadline = time.monotonic() + seconds
