@@ -12,7 +12,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -240,6 +240,8 @@ class PendingPod:
     affinity_terms: tuple[tuple[Requirement, ...], ...] = ()
     #: Its scale-up failures so far (`RetryState`), None when none.
     retry: RetryState | None = None
+    #: Its tolerations (`parse_tolerations`): which NodePools' taints it can run under.
+    tolerations: tuple[Toleration, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -637,7 +639,9 @@ def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
             container(c) for c in spec.get("containers") or [] if isinstance(c, Mapping)
         ],
     }
-    for key in ("nodeName", "nodeSelector", "overhead", "schedulerName", "resourceClaims"):
+    for key in (
+        "nodeName", "nodeSelector", "overhead", "schedulerName", "resourceClaims", "tolerations"
+    ):
         if spec.get(key):
             slim_spec[key] = spec[key]
     if spec.get("initContainers"):
@@ -667,7 +671,23 @@ def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("namespace", "labels", "annotations", "ownerReferences"):
         if key in slim_meta:
             slim_meta[key] = shared(slim_meta[key])
-    return {"metadata": slim_meta, "spec": shared(slim_spec), "status": shared(slim_status)}
+    slim_spec = shared(slim_spec)
+    if "tolerations" in slim_spec:
+        slim_spec["tolerations"] = _one_copy(slim_spec["tolerations"])
+    return {"metadata": slim_meta, "spec": slim_spec, "status": shared(slim_status)}
+
+
+#: One cached copy of each distinct value `_one_copy` saw (bounded), by its JSON.
+_COPIES: dict[str, Any] = {}
+
+
+def _one_copy(value: Any) -> Any:
+    """``value`` (decoded JSON, never mutated by the cache), or an equal one seen before:
+    the pods of one workload then share a single list of tolerations in the cache."""
+    key = json.dumps(value, sort_keys=True)
+    if len(_COPIES) > 4096:
+        _COPIES.clear()
+    return _COPIES.setdefault(key, value)
 
 
 def slim_trigger(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -680,6 +700,7 @@ def slim_trigger(obj: Mapping[str, Any]) -> dict[str, Any]:
     slim["metadata"]["annotations"].pop(ANNOTATION_SERVES, None)
     slim["spec"].pop("affinity", None)
     slim["spec"].pop("nodeSelector", None)
+    slim["spec"].pop("tolerations", None)
     return slim
 
 
@@ -725,6 +746,7 @@ def parse_pending_pod(
         ),
         affinity_terms=required_affinity_terms(spec),
         retry=RetryState.from_annotation(annotations.get(ANNOTATION_RETRY)),
+        tolerations=parse_tolerations(spec),
     )
 
 
@@ -756,6 +778,70 @@ def pod_requests(obj: Mapping[str, Any]) -> tuple[int, int]:
     memory = max([sum(m for _, m in main), *(m for _, m in init)])
     overhead = spec.get("overhead") or {}
     return cpu + _quantity(overhead.get("cpu"), 1000), memory + _quantity(overhead.get("memory"), 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod's toleration (``spec.tolerations[]``); empty strings where a field is unset."""
+
+    key: str
+    operator: str
+    value: str
+    effect: str
+
+    def tolerates(self, taint: Mapping[str, Any]) -> bool:
+        """Whether this toleration tolerates ``taint`` (a NodePool template taint):
+        ``Toleration.ToleratesTaint``, k8s.io/api core/v1/toleration.go. An empty effect
+        matches every effect, an empty key with ``Exists`` every taint; ``Exists``
+        matches any value, ``Equal`` (or unset) the taint's value."""
+        if self.effect and self.effect != taint.get("effect"):
+            return False
+        if self.key and self.key != taint.get("key"):
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.operator in ("", "Equal") and self.value == str(taint.get("value") or "")
+
+
+#: Toleration tuples seen, so that pods of one workload share one (bounded).
+_TOLERATIONS: dict[tuple[Toleration, ...], tuple[Toleration, ...]] = {}
+
+
+def parse_tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    """A pod spec's tolerations, sorted; pods with the same ones share one tuple."""
+    parsed = tuple(
+        sorted(
+            {
+                Toleration(
+                    str(t.get("key") or ""),
+                    str(t.get("operator") or ""),
+                    str(t.get("value") or ""),
+                    str(t.get("effect") or ""),
+                )
+                for t in spec.get("tolerations") or []
+                if isinstance(t, Mapping)
+            },
+            key=lambda t: (t.key, t.operator, t.value, t.effect),
+        )
+    )
+    if len(_TOLERATIONS) > 4096:
+        _TOLERATIONS.clear()
+    return _TOLERATIONS.setdefault(parsed, parsed)
+
+
+def untolerated_taint(
+    tolerations: tuple[Toleration, ...], taints: Iterable[Mapping[str, Any]]
+) -> Mapping[str, Any] | None:
+    """The first taint that keeps a pod with ``tolerations`` off the node (effect
+    ``NoSchedule`` or ``NoExecute`` and no toleration for it, as kube-scheduler's
+    TaintToleration filter judges, pkg/scheduler/framework/plugins/tainttoleration),
+    None when the pod tolerates them all. ``PreferNoSchedule`` keeps no pod off."""
+    for taint in taints:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(t.tolerates(taint) for t in tolerations):
+            return taint
+    return None
 
 
 def required_affinity_terms(spec: Mapping[str, Any]) -> tuple[tuple[Requirement, ...], ...]:

@@ -79,7 +79,9 @@ from controller.model import (
     RetryState,
     ScaleUpStatus,
     ScheduledPod,
+    Toleration,
     TriggerInfo,
+    untolerated_taint,
 )
 from controller.triggers import LINKED_REASON, TriggerSettings, trigger_name, trigger_pod
 from gpu_intent.intent import format_gpus
@@ -336,11 +338,18 @@ def resolve_pool(
     name (Karpenter picks the highest weight among matching pools); without a model, the
     configured default pool, or for an intent that states GPU memory the first GPU pool
     (its trigger then asks for that much GPU memory, so Karpenter picks the cheapest
-    GPU that fits).
+    GPU that fits). Among pools of equal rank, those whose taints the pod tolerates
+    (`controller.model.untolerated_taint`) come first: a trigger tolerates its pool's
+    taints, the pod may not (a pool tainted for DRA pods only took KAI pods' A100
+    triggers in `bench.scaleup_time` before). A pod that tolerates none still gets the
+    first, as before: refusing it is not done yet (README "Known limits").
     """
     label = config.trigger.gpu_name_label
     model = pod.intent.model
-    ready = sorted((p for p in pools.values() if p.ready), key=lambda p: (-p.weight, p.name))
+    ready = sorted(
+        (p for p in pools.values() if p.ready),
+        key=lambda p: (untolerated_taint(pod.tolerations, p.taints) is not None, -p.weight, p.name),
+    )
     named = pools.get(pod.intent.pool or "")
     if named is not None and named.ready and (model is None or named.admits(label, model)):
         return named, ""
@@ -361,6 +370,9 @@ def resolve_pool(
     implicit = [p for p in ready if p.admits(label, model) and p.makes_gpus()]
     if not (explicit or implicit):
         return None, f"no Ready NodePool offers GPU model {model!r} ({label})"
+    for candidates in (explicit, implicit):  # each sorted tolerated first
+        if candidates and untolerated_taint(pod.tolerations, candidates[0].taints) is None:
+            return candidates[0], ""
     return (explicit or implicit)[0], ""
 
 
@@ -561,7 +573,10 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
             statuses.append(change)
 
     # Pods of one workload share their pool choice and constraints: decide each once.
-    pools_for: dict[tuple[str | None, str | None, int | None], tuple[NodePoolInfo | None, str]]
+    pools_for: dict[
+        tuple[str | None, str | None, int | None, tuple[Toleration, ...]],
+        tuple[NodePoolInfo | None, str],
+    ]
     pools_for = {}
     unmet_for: dict[tuple[str, object, object], str | None] = {}
     held, free = held_covers(
@@ -593,7 +608,7 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
             continue
         if pod.ref in held:
             continue
-        where = (pod.intent.pool, pod.intent.model, pod.intent.gpu_memory_mib)
+        where = (pod.intent.pool, pod.intent.model, pod.intent.gpu_memory_mib, pod.tolerations)
         if (resolved := pools_for.get(where)) is None:
             resolved = pools_for[where] = resolve_pool(pod, snapshot.nodepools, config)
         pool, why = resolved

@@ -220,6 +220,28 @@ def test_named_pool_wins_when_it_admits_the_model_and_weight_orders_otherwise() 
     assert plan(snapshot([named], pools=pools), CONFIG).creates[0].group.pool == "light"
 
 
+def test_a_pool_whose_taints_the_pod_tolerates_comes_before_a_heavier_one() -> None:
+    gpu = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+    pools = [
+        nodepool("dra", models=["a100"], weight=50, taints=[gpu, {"key": "dra-only", "effect": "NoSchedule"}]),
+        nodepool("large", models=["a100"], weight=1, taints=[gpu]),
+    ]
+
+    def pool_for(tolerations: list[dict[str, str]]) -> str:
+        pod = gpu_pod("a", "1", model="a100")
+        pod["spec"]["tolerations"] = tolerations
+        return plan(snapshot([pod], pools=pools), CONFIG).creates[0].group.pool
+
+    assert pool_for([{"key": "nvidia.com/gpu", "operator": "Exists"}]) == "large"
+    assert pool_for([{"operator": "Exists"}]) == "dra"  # tolerates every taint: weight decides
+    equal = {"key": "dra-only", "operator": "Equal", "value": "", "effect": "NoSchedule"}
+    assert pool_for([{"key": "nvidia.com/gpu", "operator": "Exists"}, equal]) == "dra"
+    # A PreferNoSchedule-only toleration does not tolerate a NoSchedule taint.
+    prefer = {"key": "dra-only", "operator": "Exists", "effect": "PreferNoSchedule"}
+    assert pool_for([{"key": "nvidia.com/gpu", "operator": "Exists"}, prefer]) == "large"
+    assert pool_for([]) == "dra"  # tolerates neither: the first by weight, as before
+
+
 def test_pools_not_ready_are_skipped() -> None:
     pools = [nodepool("gpu-standard", models=["l4"], ready=False)]
     result = plan(snapshot([gpu_pod("a", "1", model="l4")], pools=pools), CONFIG)

@@ -205,10 +205,17 @@ def test_the_cache_keeps_slim_pods_that_parse_as_the_full_ones() -> None:
     full["spec"]["volumes"] = [{"name": "v", "emptyDir": {}}]
     full["spec"]["containers"][0]["env"] = [{"name": "E", "value": "y" * 1000}]
     full["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "3", "memory": "1Gi"}}
+    full["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
     slim = model.slim_pod(full)
     assert len(json.dumps(slim)) < len(json.dumps(full)) / 5
     keys = {"karpenter.k8s.aws/instance-gpu-name"}
-    assert model.parse_pending_pod(slim, keys) == model.parse_pending_pod(full, keys)
+    parsed = model.parse_pending_pod(slim, keys)
+    assert parsed == model.parse_pending_pod(full, keys)
+    assert isinstance(parsed, model.PendingPod)
+    assert parsed.tolerations == (model.Toleration("nvidia.com/gpu", "Exists", "", ""),)
+    # The pods of a workload share one copy of their tolerations in the cache.
+    again = model.slim_pod(json.loads(json.dumps(full)))
+    assert again["spec"]["tolerations"] is slim["spec"]["tolerations"]
 
 
 def test_the_cache_keeps_slim_triggers_that_parse_as_the_full_ones() -> None:
