@@ -34,7 +34,10 @@ def _pod(i: int) -> dict[str, Any]:
             "creationTimestamp": "2026-11-21T12:00:00Z",
             "annotations": intent.to_annotations(),
         },
-        "spec": {"containers": [{"name": "c", "image": "x"}]},
+        "spec": {
+            "containers": [{"name": "c", "image": "x"}],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        },
         "status": {
             "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
         },

@@ -48,6 +48,7 @@ from controller.model import (
     Refusal,
     RetryState,
     ScheduledPod,
+    Toleration,
     TriggerInfo,
     parse_trigger,
 )
@@ -133,7 +134,9 @@ class IncrementalPlanner:
         self._pod_rv: dict[Key, str] = {}
         self._trigger_part: dict[Key, Part] = {}
         #: A pod's partition by what `resolve_pool` reads of it (cleared with the pools).
-        self._part_of: dict[tuple[str | None, str | None, int | None], Part] = {}
+        self._part_of: dict[
+            tuple[str | None, str | None, int | None, tuple[Toleration, ...]], Part
+        ] = {}
         self._phases: Counter[str] = Counter()
         self._live = 0  # triggers not being deleted
         self._seen: tuple[int, ...] | None = None  # shared input versions last read
@@ -386,7 +389,7 @@ class IncrementalPlanner:
             # `resolve_pool` reads these of a pod; a wrong partition would only cost a
             # whole plan (see `run`).
             intent = pod.intent
-            where = (intent.pool, intent.model, intent.gpu_memory_mib)
+            where = (intent.pool, intent.model, intent.gpu_memory_mib, pod.tolerations)
             name = self._part_of.get(where) or self._part_of.setdefault(
                 where, partition(pod, self._pools, self._config)
             )

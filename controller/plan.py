@@ -338,28 +338,40 @@ def resolve_pool(
     name (Karpenter picks the highest weight among matching pools); without a model, the
     configured default pool, or for an intent that states GPU memory the first GPU pool
     (its trigger then asks for that much GPU memory, so Karpenter picks the cheapest
-    GPU that fits). Among pools of equal rank, those whose taints the pod tolerates
-    (`controller.model.untolerated_taint`) come first: a trigger tolerates its pool's
-    taints, the pod may not (a pool tainted for DRA pods only took KAI pods' A100
-    triggers in `bench.scaleup_time` before). A pod that tolerates none still gets the
-    first, as before: refusing it is not done yet (README "Known limits").
+    GPU that fits). Only pools whose ``NoSchedule``/``NoExecute`` taints the pod
+    tolerates count (`controller.model.untolerated_taint`, kube-scheduler's matching):
+    a trigger tolerates its pool's taints, but the pod must run on the node, and a pool
+    tainted for DRA pods only took KAI pods' A100 triggers in `bench.scaleup_time`
+    before. A pod that tolerates none of the pools that would do gets no pool, and the
+    message names the taint.
     """
     label = config.trigger.gpu_name_label
     model = pod.intent.model
-    ready = sorted(
-        (p for p in pools.values() if p.ready),
-        key=lambda p: (untolerated_taint(pod.tolerations, p.taints) is not None, -p.weight, p.name),
-    )
+    ready = sorted((p for p in pools.values() if p.ready), key=lambda p: (-p.weight, p.name))
+
+    def refused(pool: NodePoolInfo) -> str:
+        taint = untolerated_taint(pod.tolerations, pool.taints) or {}
+        value = f"={taint['value']}" if taint.get("value") else ""
+        return (
+            f"the pod does not tolerate NodePool {pool.name}'s taint "
+            f"{taint.get('key', '')}{value}:{taint.get('effect', '')}"
+        )
+
+    def tolerated(pool: NodePoolInfo) -> bool:
+        return untolerated_taint(pod.tolerations, pool.taints) is None
+
     named = pools.get(pod.intent.pool or "")
     if named is not None and named.ready and (model is None or named.admits(label, model)):
-        return named, ""
+        return (named, "") if tolerated(named) else (None, refused(named))
     if model is None:
         default = pools.get(config.default_nodepool or "")
         if default is not None and default.ready:
-            return default, ""
+            return (default, "") if tolerated(default) else (None, refused(default))
         gpu_pools = [p for p in ready if p.makes_gpus()]
         if pod.intent.gpu_memory_mib and gpu_pools and not config.default_nodepool:
-            return gpu_pools[0], ""  # the memory requirement lets Karpenter pick the GPU
+            # the memory requirement lets Karpenter pick the GPU
+            usable = [p for p in gpu_pools if tolerated(p)]
+            return (usable[0], "") if usable else (None, refused(gpu_pools[0]))
         if config.default_nodepool:
             return (
                 None,
@@ -370,10 +382,13 @@ def resolve_pool(
     implicit = [p for p in ready if p.admits(label, model) and p.makes_gpus()]
     if not (explicit or implicit):
         return None, f"no Ready NodePool offers GPU model {model!r} ({label})"
-    for candidates in (explicit, implicit):  # each sorted tolerated first
-        if candidates and untolerated_taint(pod.tolerations, candidates[0].taints) is None:
-            return candidates[0], ""
-    return (explicit or implicit)[0], ""
+    for candidates in (explicit, implicit):
+        usable = [p for p in candidates if tolerated(p)]
+        if usable:
+            return usable[0], ""
+    return None, f"no Ready NodePool offering GPU model {model!r} will take it: " + refused(
+        (explicit or implicit)[0]
+    )
 
 
 #: Label domains that agents running on GPU nodes set once the node has joined (NVIDIA

@@ -25,8 +25,10 @@ def gpu_pod(
     status_annotation: str | None = None,
     created: str = T0,
     extra_annotations: dict[str, str] | None = None,
+    tolerations: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
-    """A pending pod carrying a webhook-written intent."""
+    """A pending pod carrying a webhook-written intent, tolerating the ``nvidia.com/gpu``
+    taint of the `nodepool` builder's pools unless ``tolerations`` says otherwise."""
     annotations = Intent(Decimal(gpus), model=model, pool=pool, source=source).to_annotations()
     if status_annotation is not None:
         annotations["gpu-intent.io/scale-up"] = status_annotation
@@ -58,6 +60,9 @@ def gpu_pod(
         "spec": {
             "containers": [{"name": "c", "image": "x", "resources": resources or {}}],
             "nodeSelector": node_selector or {},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+            if tolerations is None
+            else tolerations,
         },
         "status": {"phase": "Pending", "conditions": conditions},
     }

@@ -220,7 +220,7 @@ def test_named_pool_wins_when_it_admits_the_model_and_weight_orders_otherwise() 
     assert plan(snapshot([named], pools=pools), CONFIG).creates[0].group.pool == "light"
 
 
-def test_a_pool_whose_taints_the_pod_tolerates_comes_before_a_heavier_one() -> None:
+def test_only_a_pool_whose_taints_the_pod_tolerates_is_chosen() -> None:
     gpu = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
     pools = [
         nodepool("dra", models=["a100"], weight=50, taints=[gpu, {"key": "dra-only", "effect": "NoSchedule"}]),
@@ -228,9 +228,13 @@ def test_a_pool_whose_taints_the_pod_tolerates_comes_before_a_heavier_one() -> N
     ]
 
     def pool_for(tolerations: list[dict[str, str]]) -> str:
-        pod = gpu_pod("a", "1", model="a100")
-        pod["spec"]["tolerations"] = tolerations
-        return plan(snapshot([pod], pools=pools), CONFIG).creates[0].group.pool
+        pod = gpu_pod("a", "1", model="a100", tolerations=tolerations)
+        result = plan(snapshot([pod], pools=pools), CONFIG)
+        if not result.creates:
+            [told] = result.statuses
+            assert told.status.phase == UNRESOLVABLE
+            return told.status.message
+        return result.creates[0].group.pool
 
     assert pool_for([{"key": "nvidia.com/gpu", "operator": "Exists"}]) == "large"
     assert pool_for([{"operator": "Exists"}]) == "dra"  # tolerates every taint: weight decides
@@ -239,7 +243,15 @@ def test_a_pool_whose_taints_the_pod_tolerates_comes_before_a_heavier_one() -> N
     # A PreferNoSchedule-only toleration does not tolerate a NoSchedule taint.
     prefer = {"key": "dra-only", "operator": "Exists", "effect": "PreferNoSchedule"}
     assert pool_for([{"key": "nvidia.com/gpu", "operator": "Exists"}, prefer]) == "large"
-    assert pool_for([]) == "dra"  # tolerates neither: the first by weight, as before
+    # Tolerating neither: no trigger, for a node the pod could never run on.
+    assert pool_for([]) == (
+        "no Ready NodePool offering GPU model 'a100' will take it: the pod does not "
+        "tolerate NodePool dra's taint nvidia.com/gpu:NoSchedule"
+    )
+    # The same for a pool the intent names and for the default pool.
+    named = gpu_pod("b", "1", model="a100", pool="large", tolerations=[])
+    [told] = plan(snapshot([named], pools=pools), CONFIG).statuses
+    assert told.status.phase == UNRESOLVABLE and "NodePool large's taint" in told.status.message
 
 
 def test_pools_not_ready_are_skipped() -> None:
