@@ -398,6 +398,8 @@ class ClaimCounter:
     ) -> None:
         self._watcher = cluster.store.watch(rt, namespace)
         self.created: dict[str, dict[str, Any]] = {}
+        #: When each object was first seen (the event loop's clock, seconds).
+        self.first_seen: dict[str, float] = {}
         self.deleted: set[str] = set()
         self._task = asyncio.create_task(self._follow())
 
@@ -408,6 +410,7 @@ class ClaimCounter:
                 self.deleted.add(name)
             else:
                 self.created[name] = event.obj
+                self.first_seen.setdefault(name, asyncio.get_running_loop().time())
 
     async def close(self) -> None:
         self._watcher.close()

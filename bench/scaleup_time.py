@@ -154,6 +154,8 @@ class Timing:
     gpus: int
     unbound: Mapping[str, int]
     why: Sequence[str]
+    #: When each NodeClaim was created, seconds after the first pod was, sorted.
+    claim_times: Sequence[float] = ()
 
     def pct(self, q: float) -> float:
         if not self.durations:
@@ -205,6 +207,7 @@ async def measure(
                 gpus,
                 dict(kinds),
                 cost.why_unbound(s.cluster, left),
+                sorted(t - start for t in s.claims.first_seen.values()),
             )
 
 
@@ -240,6 +243,13 @@ async def scenario(
         for label, q in (("p50", 0.5), ("p95", 0.95), ("max", 1.0))
     )
     print(f"  ratio A/B: {ratios}   (target <= 1.02)   wall {time.perf_counter() - wall:.1f}s")
+    for side, t in (("A", a), ("B", b)):
+        if t.claim_times:
+            times = t.claim_times
+            print(
+                f"  {side}: NodeClaims created {times[0]:.1f}s to {times[-1]:.1f}s after the "
+                f"first pod (p50 {times[len(times) // 2]:.1f}s)"
+            )
     for side, t in (("A", a), ("B", b)):
         if t.bound < t.pods:
             print(
