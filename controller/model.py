@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from controller import karpenter
 from gpu_intent.intent import (
@@ -673,21 +673,25 @@ def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
             slim_meta[key] = shared(slim_meta[key])
     slim_spec = shared(slim_spec)
     if "tolerations" in slim_spec:
-        slim_spec["tolerations"] = _one_copy(slim_spec["tolerations"])
+        tolerations = slim_spec["tolerations"]
+        slim_spec["tolerations"] = one_copy(json.dumps(tolerations, sort_keys=True), tolerations)
     return {"metadata": slim_meta, "spec": slim_spec, "status": shared(slim_status)}
 
 
-#: One cached copy of each distinct value `_one_copy` saw (bounded), by its JSON.
-_COPIES: dict[str, Any] = {}
+_T = TypeVar("_T")
+
+#: One copy of each distinct value `one_copy` saw, by its key (bounded).
+_COPIES: dict[object, Any] = {}
 
 
-def _one_copy(value: Any) -> Any:
-    """``value`` (decoded JSON, never mutated by the cache), or an equal one seen before:
-    the pods of one workload then share a single list of tolerations in the cache."""
-    key = json.dumps(value, sort_keys=True)
+def one_copy(key: object, value: _T) -> _T:
+    """``value``, or the value first seen under ``key`` (a hashable that identifies it),
+    so that the pods of one workload share one copy of what they have in common (their
+    tolerations, raw in the cache and parsed). Values must never be mutated. Bounded:
+    forgets everything past 4,096 keys."""
     if len(_COPIES) > 4096:
         _COPIES.clear()
-    return _COPIES.setdefault(key, value)
+    return _COPIES.setdefault(key, value)  # type: ignore[no-any-return]
 
 
 def slim_trigger(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -803,10 +807,6 @@ class Toleration:
         return self.operator in ("", "Equal") and self.value == str(taint.get("value") or "")
 
 
-#: Toleration tuples seen, so that pods of one workload share one (bounded).
-_TOLERATIONS: dict[tuple[Toleration, ...], tuple[Toleration, ...]] = {}
-
-
 def parse_tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
     """A pod spec's tolerations, sorted; pods with the same ones share one tuple."""
     parsed = tuple(
@@ -824,9 +824,7 @@ def parse_tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
             key=lambda t: (t.key, t.operator, t.value, t.effect),
         )
     )
-    if len(_TOLERATIONS) > 4096:
-        _TOLERATIONS.clear()
-    return _TOLERATIONS.setdefault(parsed, parsed)
+    return one_copy(parsed, parsed)
 
 
 def untolerated_taint(
