@@ -377,7 +377,11 @@ class ClusterState:
     def last_bind(self) -> datetime | None:
         """When a pod we were scaling up for was last bound (its ``PodScheduled=True``
         time, as `resolve_left` read it), None before any: the schedulers' progress,
-        which keeps NodeReady covers (`controller.capacity.cover_holds`)."""
+        which keeps NodeReady covers (`controller.capacity.cover_holds`). kube-apiserver
+        sets that condition, with its ``lastTransitionTime``, in the same write as
+        ``spec.nodeName`` when a scheduler posts a Binding (``BindingREST``,
+        pkg/registry/core/pod/storage/storage.go); a pod without it moves nothing, and
+        covers then end after ``cover_seconds`` as before."""
         return self._last_bind
 
     def cover(self, keys: Iterable[Key], node_claim: str, since: datetime) -> None:
