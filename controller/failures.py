@@ -76,14 +76,17 @@ def trigger_failure(
     now: datetime,
     init_timeout_seconds: float,
     used: Mapping[str, Decimal] | None = None,
+    lost: str | None = None,
 ) -> Failure | None:
     """Whether ``trigger`` failed, by the evidence of this pass:
 
     - ``refusal``: Karpenter's latest ``FailedScheduling`` on it says its NodePool is at
       its limits (same uid, or none recorded), and no NodeClaim is linked;
     - the NodeClaim recorded on it (``gpu-intent.io/nodeclaim``) is gone or being
-      deleted and was not Ready, and no other NodeClaim is linked (``linked``, from
-      `controller.plan.link_claims`);
+      deleted and was not Ready, or ``lost`` names a NodeClaim that carried its marker
+      and was deleted before it registered (`controller.state.ClusterState.lost_claims`:
+      the link may not have been written before), and no other NodeClaim is linked
+      (``linked``, from `controller.plan.link_claims`);
     - ``linked`` is not Ready ``init_timeout_seconds`` after its creation. It is
       deleted with the trigger unless a pod we served is already bound to its node
       (``used``: GPUs of such pods by node name; a scheduler that does not wait for the
@@ -95,11 +98,14 @@ def trigger_failure(
                 f"NodePool {trigger.pool} is at its limits; Karpenter said: {refusal.message}"
             )
         recorded = claims.get(trigger.node_claim or "") if trigger.node_claim else None
-        if trigger.node_claim and (recorded is None or (recorded.deleting and not recorded.ready)):
+        gone = bool(trigger.node_claim) and (
+            recorded is None or (recorded.deleting and not recorded.ready)
+        )
+        if gone or lost:
             return Failure(
-                f"NodeClaim {trigger.node_claim} was deleted before it was Ready (Karpenter "
-                "deletes a NodeClaim when the cloud has no capacity for it, or when it does "
-                "not launch within 5 min or register within 15 min)"
+                f"NodeClaim {trigger.node_claim if gone else lost} was deleted before it was "
+                "Ready (Karpenter deletes a NodeClaim when the cloud has no capacity for it, "
+                "or when it does not launch within 5 min or register within 15 min)"
             )
         return None
     if linked.ready or linked.deleting or linked.created is None:

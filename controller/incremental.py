@@ -144,6 +144,7 @@ class IncrementalPlanner:
         self._pools: dict[str, NodePoolInfo] = {}
         self._pool_keys: set[str] = set()
         self._claims: dict[str, NodeClaimInfo] = {}
+        self._lost: dict[str, str] = {}
         self._nominations: dict[Key, Nomination] = {}
         self._undated = False
         self._covers: dict[Key, tuple[str, datetime]] = {}
@@ -289,6 +290,7 @@ class IncrementalPlanner:
             self._tokens,
             decide_labels,
             self._state.last_bind(),
+            self._lost,
         )
 
     def _refresh_shared(self, now: datetime) -> tuple[bool, bool]:
@@ -318,6 +320,7 @@ class IncrementalPlanner:
                 shared = reparse = True
         if seen[1] != before[1] or seen[7] != before[7]:
             self._claims = state.nodeclaims()
+            self._lost = state.lost_claims()
             shared = relink = True
         if seen[2] != before[2] or self._undated:
             # An undated nomination is compared with ``now``: read them every pass then.

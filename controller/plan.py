@@ -172,6 +172,10 @@ class Snapshot:
     #: NodeReady covers outlive ``cover_seconds`` while the schedulers are still binding
     #: (`controller.capacity.cover_holds`). None: no bind seen.
     last_bind: datetime | None = None
+    #: NodeClaims Karpenter bought for our triggers and deleted before they registered,
+    #: by the name of the trigger whose marker they carried (`ClusterState.lost_claims`):
+    #: failures the trigger's recorded link may not show yet.
+    lost: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -730,6 +734,7 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
             now,
             config.init_timeout_seconds,
             snapshot.used,
+            snapshot.lost.get(trigger.ref.name),
         )
         if failure is not None:
             failures[trigger.ref] = failure

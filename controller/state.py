@@ -113,6 +113,9 @@ KINDS = (
 TRACKED_PHASES = frozenset({"Triggered", "Provisioning", "NodeReady", "Waiting", "Failed"})
 #: Most bound pods remembered while their final status is pending (memory bound).
 MAX_SCHEDULED = 10_000
+#: How long a NodeClaim lost before it registered is remembered for its triggers
+#: (`ClusterState.lost_claims`), seconds: a pass reads it long before.
+LOST_CLAIM_SECONDS = 900.0
 
 
 def key_of(obj: Obj) -> Key:
@@ -204,6 +207,9 @@ class ClusterState:
         self._retries: dict[Key, tuple[RetryState, datetime]] = {}
         #: When a trigger of each group was last removed as unneeded (the cooldown).
         self._removals: dict[GroupKey, datetime] = {}
+        #: NodeClaims bought for our triggers and deleted before they registered: trigger
+        #: name -> (NodeClaim name, monotonic time seen gone). See `lost_claims`.
+        self._lost: dict[str, tuple[str, float]] = {}
 
     @staticmethod
     def _kept(kind: str, obj: Obj) -> Obj:
@@ -233,6 +239,10 @@ class ClusterState:
         pods that vanished in the relist left the pending set as if a DELETED had come
         (client-go's DeltaFIFO ``Replace`` emits those deletes too)."""
         fresh = {key_of(obj): obj if kept else self._kept(kind, obj) for obj in items}
+        if kind == NODECLAIMS:
+            for key, obj in self._objects[kind].items():
+                if key not in fresh:
+                    self._note_lost(obj)
         if kind == PENDING_PODS:
             for key, obj in self._objects[kind].items():
                 if key not in fresh:
@@ -254,6 +264,8 @@ class ClusterState:
         self._touch(kind, key)
         expected = self._expected[kind].get(key)
         if event_type == "DELETED":
+            if kind == NODECLAIMS:
+                self._note_lost(self._objects[kind].get(key) or obj)
             self._objects[kind].pop(key, None)
             self._expected[kind].pop(key, None)
             self._parsed[kind].pop(key, None)
@@ -347,6 +359,35 @@ class ClusterState:
                 self._left[key] = obj
         elif status.phase in TRACKED_PHASES:
             self._left[key] = obj
+
+    def _note_lost(self, obj: Obj) -> None:
+        """A NodeClaim is gone (its DELETED event, or missing from a relist; ``obj`` is
+        the last state the cache had). If Karpenter bought it for our triggers (it
+        carries their marker) and it never registered, their scale-up failed: Karpenter
+        deletes a NodeClaim on insufficient capacity and at its launch (5 min) or
+        registration (15 min) timeout (pkg/controllers/nodeclaim/lifecycle/launch.go,
+        liveness.go), and it does not consolidate a node that never registered. The
+        failure is remembered by trigger name for `LOST_CLAIM_SECONDS`: the link the
+        controller records on a trigger (``gpu-intent.io/nodeclaim``) may not have been
+        written yet (an insufficient-capacity error comes within a second), and without
+        this the trigger would only look unlinked while Karpenter buys for it again."""
+        claim = parse_nodeclaim(obj)
+        if not claim.marked or claim.ready or claim.conditions.get("Registered") == "True":
+            return
+        now = self._monotonic()
+        for name in [n for n, (_, seen) in self._lost.items() if now - seen > LOST_CLAIM_SECONDS]:
+            del self._lost[name]
+        if len(self._lost) >= MAX_SCHEDULED:
+            return
+        for trigger in claim.marked:
+            self._lost[trigger] = (claim.name, now)
+
+    def lost_claims(self) -> dict[str, str]:
+        """NodeClaims bought for our triggers and deleted before they registered, seen in
+        the last `LOST_CLAIM_SECONDS`: trigger name -> NodeClaim name (a copy). It moves
+        with ``version(NODECLAIMS)``."""
+        now = self._monotonic()
+        return {t: c for t, (c, seen) in self._lost.items() if now - seen <= LOST_CLAIM_SECONDS}
 
     def left(self) -> list[Key]:
         """Pods we were scaling up for that left the pending set, not yet read back."""
@@ -612,6 +653,7 @@ class ClusterState:
             refusals=self.refusals(now),
             removals=self.removals(),
             last_bind=self.last_bind(),
+            lost=self.lost_claims(),
         )
 
     def nodes(self) -> dict[str, NodeInfo]:

@@ -68,6 +68,35 @@ def test_a_nodeclaim_deleted_before_ready_fails_the_trigger_and_the_pod_backs_of
     assert result.creates == ()  # no new trigger in the same pass
 
 
+def test_a_marked_nodeclaim_lost_before_the_link_was_written_fails_the_trigger() -> None:
+    """Karpenter deleted the NodeClaim it bought for the trigger (insufficient capacity
+    within a second) before the controller recorded the link: the trigger carries no
+    ``gpu-intent.io/nodeclaim``, and only the cache's memory of the marked NodeClaim
+    (`Snapshot.lost`) says its scale-up failed. Without it the trigger would look merely
+    unlinked and Karpenter would buy for it again, without backoff."""
+    first = plan(snapshot([gpu_pod("a", "1", model="l4")]), FAST)
+    trigger = live_trigger(first, name="gi-x")
+    base = snapshot([gpu_pod("a", "1", model="l4")], triggers=[trigger])
+    assert plan(base, FAST).deletes == ()  # unlinked, nothing lost: it waits
+    lost = dataclasses.replace(base, lost={"gi-x": "nc-9"})
+    result = plan(lost, FAST)
+    [delete] = result.deletes
+    assert delete.reason.startswith("failed: NodeClaim nc-9 was deleted before it was Ready")
+    [(ref, retry)] = delete.retries
+    assert (str(ref), retry.attempts) == ("ml/a", 1)
+    assert result.creates == ()
+    # Karpenter already bought again for it (a newer NodeClaim carries its marker): that
+    # one is its link, and nothing failed.
+    again = snapshot(
+        [gpu_pod("a", "1", model="l4")],
+        triggers=[trigger],
+        claims=[nodeclaim("nc-10", "gpu-standard", model="l4", marked=["gi-x"])],
+    )
+    assert plan(dataclasses.replace(again, lost={"gi-x": "nc-9"}), FAST).deletes == ()
+    # Another trigger's loss is not this one's.
+    assert plan(dataclasses.replace(base, lost={"gi-y": "nc-9"}), FAST).deletes == ()
+
+
 def test_a_pod_in_backoff_waits_then_gets_a_new_trigger() -> None:
     retry = RetryState(1, stamp(NOW + timedelta(seconds=10)), "NodeClaim nc-1 was deleted")
     pod = gpu_pod(

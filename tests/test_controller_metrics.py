@@ -75,7 +75,9 @@ async def test_every_required_metric_is_exported_after_a_run(env: Env) -> None:
                 status = ScaleUpStatus.from_annotation(annotations.get(ANNOTATION_SCALE_UP))
                 scheduled += status is not None and status.phase == SCHEDULED
             families = await scrape(url)
-            done = value(families, "gpu_intent_scale_ups_total", result="success")
+            done = value(families, "gpu_intent_scale_ups_total", result="success") - value(
+                before, "gpu_intent_scale_ups_total", result="success"
+            )  # the registry is the process's: earlier tests may have counted some
             return families if scheduled and done == scheduled else None
 
         after = await eventually(told_scheduled, 30)

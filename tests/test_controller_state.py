@@ -9,11 +9,18 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from controller_fixtures import gpu_pod, nodepool
+from controller_fixtures import gpu_pod, nodeclaim, nodepool
 
 from controller import karpenter, model
 from controller import state as state_module
-from controller.state import NAMESPACES, NODEPOOLS, PENDING_PODS, TRIGGERS, ClusterState
+from controller.state import (
+    NAMESPACES,
+    NODECLAIMS,
+    NODEPOOLS,
+    PENDING_PODS,
+    TRIGGERS,
+    ClusterState,
+)
 
 
 class Clock:
@@ -80,6 +87,41 @@ def test_deleted_object_stays_gone_and_expectations_expire() -> None:
     assert state.objects(TRIGGERS) == []
     clock.t = 31
     assert [o["metadata"]["name"] for o in state.objects(TRIGGERS)] == ["t1"]
+
+
+def registered(claim: dict[str, Any]) -> dict[str, Any]:
+    claim["status"]["conditions"].append({"type": "Registered", "status": "True"})
+    return claim
+
+
+def test_a_marked_nodeclaim_deleted_before_it_registered_is_remembered_for_its_triggers() -> None:
+    """Karpenter's insufficient-capacity, launch-timeout and registration-timeout deletes
+    come before a NodeClaim registers; the cache remembers which triggers they were
+    bought for (from the last state it had: a DELETED event, or a relist without it),
+    and forgets after `LOST_CLAIM_SECONDS`. A registered, a Ready or an unmarked
+    NodeClaim going away is no such failure."""
+    clock = Clock()
+    state = ClusterState(clock)
+    lost = nodeclaim("nc-lost", "gpu-standard", marked=["gi-a", "gi-b"])
+    relisted = nodeclaim("nc-relisted", "gpu-standard", launched=True, marked=["gi-c"])
+    others = [
+        registered(nodeclaim("nc-registered", "gpu-standard", launched=True, marked=["gi-d"])),
+        nodeclaim("nc-ready", "gpu-standard", ready=True, marked=["gi-e"]),
+        nodeclaim("nc-unmarked", "gpu-standard"),
+    ]
+    state.replace(NODECLAIMS, [lost, relisted, *others])
+    # The event's object may be older than the cache's (a selector watch sends the
+    # previous one); the cache's last state decides.
+    state.apply(NODECLAIMS, "DELETED", {"metadata": {"name": "nc-lost"}})
+    for claim in others:
+        state.apply(NODECLAIMS, "DELETED", claim)
+    assert state.lost_claims() == {"gi-a": "nc-lost", "gi-b": "nc-lost"}
+    assert state.snapshot(datetime(2026, 11, 21, tzinfo=UTC)).lost == state.lost_claims()
+    clock.t = 100.0
+    state.replace(NODECLAIMS, [])  # a relist that no longer has nc-relisted
+    assert state.lost_claims() == {"gi-a": "nc-lost", "gi-b": "nc-lost", "gi-c": "nc-relisted"}
+    clock.t = state_module.LOST_CLAIM_SECONDS + 50.0
+    assert state.lost_claims() == {"gi-c": "nc-relisted"}
 
 
 def test_snapshot_skips_trigger_pods_among_pending_pods() -> None:

@@ -126,6 +126,30 @@ async def test_insufficient_capacity_then_a_retry_lands_in_another_zone(tmp_path
         assert used["metadata"]["labels"]["topology.kubernetes.io/zone"] == ZONES[-1]
 
 
+async def test_insufficient_capacity_before_the_link_is_written_still_counts_as_a_failure(
+    tmp_path: Path,
+) -> None:
+    """The launch fails as soon as the NodeClaim is created, before the controller has
+    recorded a link on the trigger (``gpu-intent.io/nodeclaim``): the NodeClaim carried
+    the trigger's marker, so the failure is still seen. Two attempts, two NodeClaims,
+    then Failed; not a NodeClaim per Karpenter batch while the trigger looks merely
+    unlinked."""
+    timings = dataclasses.replace(FAST, launch_seconds=0.0, unavailable_offerings_ttl_seconds=0.3)
+    async with make_env(tmp_path, timings) as env:
+        karpenter = env.cluster.karpenter
+        assert karpenter is not None
+        karpenter.no_capacity.update((t, z) for t in L4_TYPES for z in ZONES)
+        async with running(env, **RETRIES) as (_, claims, triggers):
+            await apply(env.api, kai_pod("ice", {"gpu-fraction": "0.5"}, node_selector=L4))
+            status = await eventually(told(env, "ice", "Failed"), 20)
+            assert "deleted before it was Ready" in status.message
+            await eventually(lambda: no_triggers(env), 5)
+            await asyncio.sleep(1.0)  # a Failed pod buys nothing more
+            assert live_claims(env) == []
+        assert len(claims.created) == 2
+        assert triggers.adds == 2
+
+
 async def test_a_launch_that_never_ends_is_retried_then_failed_and_recovers(
     tmp_path: Path,
 ) -> None:
