@@ -600,11 +600,13 @@ _intern = sys.intern
 _CONTAINERS = (dict, list)
 
 
-def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
+def slim_pod(obj: Mapping[str, Any], *, placement: bool = True) -> dict[str, Any]:
     """The fields of a pod the controller reads, and nothing else: what the pending-pod
     cache keeps, so 10,000 cached pods cost a few MiB, not the full objects (volumes,
     env, managedFields...), with its keys and short strings `shared`. Every parse
-    function of this module reads a slim pod as it reads the full one. Pure."""
+    function of this module reads a slim pod as it reads the full one. ``placement``
+    False leaves out its node selector, required node affinity and tolerations (what
+    `slim_trigger` does not keep). Pure."""
     meta = _meta(obj)
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
@@ -639,16 +641,15 @@ def slim_pod(obj: Mapping[str, Any]) -> dict[str, Any]:
             container(c) for c in spec.get("containers") or [] if isinstance(c, Mapping)
         ],
     }
-    for key in (
-        "nodeName", "nodeSelector", "overhead", "schedulerName", "resourceClaims", "tolerations"
-    ):
+    kept = ("nodeName", "overhead", "schedulerName", "resourceClaims")
+    for key in (*kept, "nodeSelector", "tolerations") if placement else kept:
         if spec.get(key):
             slim_spec[key] = spec[key]
     if spec.get("initContainers"):
         slim_spec["initContainers"] = [
             container(c) for c in spec["initContainers"] if isinstance(c, Mapping)
         ]
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+    required = placement and ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     )
     if required:
@@ -700,11 +701,8 @@ def slim_trigger(obj: Mapping[str, Any]) -> dict[str, Any]:
     resources, ``schedulerName``, ``nodeName``, the ``PodScheduled`` condition), not its
     required node affinity (its marker and node exclusion) or tolerations, so
     5,000 cached triggers cost a few MiB, not the ~60 MiB of their full bodies. Pure."""
-    slim = slim_pod(obj)
+    slim = slim_pod(obj, placement=False)
     slim["metadata"]["annotations"].pop(ANNOTATION_SERVES, None)
-    slim["spec"].pop("affinity", None)
-    slim["spec"].pop("nodeSelector", None)
-    slim["spec"].pop("tolerations", None)
     return slim
 
 

@@ -226,7 +226,15 @@ class Controller:
         )
         self._trigger_selector = trigger_selector
         specs = [
-            InformerSpec(PENDING_PODS, kube_api.PODS, field_selector="spec.nodeName="),
+            # Pending pods outside the trigger namespace: the triggers have an informer
+            # of their own, and seen here too each of their writes (create, mark, link)
+            # would come twice (``metadata.namespace`` is a field every kube-apiserver
+            # resource can be selected by, ``!=`` included: apimachinery pkg/fields).
+            InformerSpec(
+                PENDING_PODS,
+                kube_api.PODS,
+                field_selector=f"spec.nodeName=,metadata.namespace!={config.namespace}",
+            ),
             InformerSpec(
                 TRIGGERS, kube_api.PODS, namespace=config.namespace, label_selector=trigger_selector
             ),

@@ -239,3 +239,24 @@ async def test_informer_relists_after_410_and_sees_later_changes(env: Env) -> No
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_the_pending_pod_informer_leaves_triggers_to_their_own(env: Env) -> None:
+    """Triggers are pending pods too, but the pending-pod watch selects
+    ``metadata.namespace!=<trigger namespace>``: each trigger write reaches the
+    controller once, through the trigger informer, not twice."""
+    controller = env.controller()
+    task = asyncio.create_task(controller.run())
+    try:
+        await asyncio.wait_for(controller.ready.wait(), 5)
+        await create_workloads(env)
+
+        async def triggers_cached() -> bool:
+            return bool(await env.pods(TRIGGERS_NS)) and bool(controller.state.objects("triggers"))
+
+        await eventually(triggers_cached, 10)
+        pending = controller.state.objects("pending-pods")
+        assert pending and all(p["metadata"]["namespace"] != TRIGGERS_NS for p in pending)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

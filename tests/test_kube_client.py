@@ -1,0 +1,66 @@
+"""The API client's proxy: read from the environment once (`controller.kube.env_proxy`),
+not per request, and still honoured: a request to an API server the environment routes
+through a proxy goes to that proxy, one ``NO_PROXY`` covers goes direct."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from e2e_support import free_port
+from kubernetes_asyncio import client
+
+from controller.kube import NAMESPACES, Kube, KubeError, env_proxy, load_configuration
+from sim.server import ApiServer
+from sim.store import NAMESPACES as SIM_NAMESPACES
+from sim.store import Store
+
+PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy")
+
+
+@pytest.fixture
+def no_proxy_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in PROXY_VARS:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_env_proxy_reads_the_scheme_variable_unless_no_proxy_covers_the_host(
+    no_proxy_env: pytest.MonkeyPatch,
+) -> None:
+    assert env_proxy("https://api.example.com:6443") is None
+    no_proxy_env.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    no_proxy_env.setenv("NO_PROXY", "127.0.0.1,.svc,localhost")
+    assert env_proxy("https://api.example.com:6443") == "http://proxy.example:3128"
+    assert env_proxy("https://127.0.0.1:6443") is None
+    assert env_proxy("https://kubernetes.default.svc") is None
+    assert env_proxy("http://api.example.com") is None  # HTTP_PROXY is not set
+
+
+async def test_requests_go_through_the_environments_proxy_read_once(
+    tmp_path: Path, no_proxy_env: pytest.MonkeyPatch
+) -> None:
+    """Nothing listens on the proxy's port: a request routed there fails to connect,
+    one ``NO_PROXY`` exempts reaches the sim. The choice is made when the client is
+    built (the session no longer reads the environment per request)."""
+    store = Store()
+    store.create(SIM_NAMESPACES, {"metadata": {"name": "default"}})
+    dead_proxy = f"http://127.0.0.1:{free_port()}"
+    async with ApiServer(store, token="t") as server:
+        cfg = await load_configuration(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+        no_proxy_env.setenv("HTTPS_PROXY", dead_proxy)
+        proxied = Kube(client.ApiClient(configuration=cfg))
+        no_proxy_env.setenv("NO_PROXY", "127.0.0.1")
+        direct = Kube(client.ApiClient(configuration=cfg))
+        no_proxy_env.delenv("NO_PROXY")  # read once: the direct client stays direct
+        try:
+            assert proxied.api_client.rest_client.proxy == dead_proxy
+            assert not proxied.api_client.rest_client.pool_manager.trust_env
+            with pytest.raises(KubeError) as failed:
+                await proxied.list(NAMESPACES)
+            assert failed.value.status == 0  # no answer: the proxy is not there
+            items, _ = await direct.list(NAMESPACES)
+            assert [n["metadata"]["name"] for n in items] == ["default"]
+        finally:
+            await proxied.close()
+            await direct.close()
