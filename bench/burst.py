@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import os
 import signal
+import sys
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -48,31 +49,77 @@ def needed_triggers(pods: list[dict[str, Any]], pools: list[dict[str, Any]]) -> 
     return len(plan(snapshot, config).creates)
 
 
+def _provisionable(obj: dict[str, Any]) -> bool:
+    """``PodScheduled=False, reason=Unschedulable`` (Karpenter ``IsProvisionable``,
+    pkg/utils/pod/scheduling.go)."""
+    conditions = (obj.get("status") or {}).get("conditions") or ()
+    return any(
+        c.get("type") == "PodScheduled"
+        and c.get("status") == "False"
+        and c.get("reason") == "Unschedulable"
+        for c in conditions
+    )
+
+
 def triggers_in(store: Store) -> tuple[int, int]:
     """Pods in the trigger namespace, and those of them Karpenter can provision for
-    (``PodScheduled=False, reason=Unschedulable``; Karpenter ``IsProvisionable``,
-    pkg/utils/pod/scheduling.go). A scan without copies: the sim serves meanwhile."""
+    (`_provisionable`). A scan without copies: the sim serves meanwhile."""
     created = provisionable = 0
     for o in store.iter_objects(PODS):
-        if o["metadata"]["namespace"] != TRIGGER_NAMESPACE:
-            continue
-        created += 1
-        conditions = (o.get("status") or {}).get("conditions") or ()
-        provisionable += any(
-            c.get("type") == "PodScheduled"
-            and c.get("status") == "False"
-            and c.get("reason") == "Unschedulable"
-            for c in conditions
-        )
+        if o["metadata"]["namespace"] == TRIGGER_NAMESPACE:
+            created += 1
+            provisionable += _provisionable(o)
     return created, provisionable
+
+
+class TriggerCount:
+    """`triggers_in` kept up to date from the store's write history (`Store.changes_since`)
+    instead of a scan of every pod per poll: polling 15,000 pods ten times a second took
+    a sixth of the CPU of the process that also serves the controller's writes."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._rv = 0
+        self._provisionable: dict[str, bool] = {}
+        self.rescans = 0
+        self._rescan()
+
+    def _rescan(self) -> None:
+        self.rescans += 1
+        self._rv = self._store.resource_version
+        self._provisionable = {
+            o["metadata"]["name"]: _provisionable(o)
+            for o in self._store.iter_objects(PODS)
+            if o["metadata"]["namespace"] == TRIGGER_NAMESPACE
+        }
+
+    def read(self) -> tuple[int, int]:
+        """(created, provisionable) now; a full `triggers_in` scan if the history no
+        longer reaches back to the last read."""
+        rv = self._store.resource_version
+        changes = self._store.changes_since(PODS, self._rv)
+        self._rv = rv
+        if changes is None:
+            self._rescan()
+        else:
+            for change in changes:
+                meta = change.obj["metadata"]
+                if meta["namespace"] != TRIGGER_NAMESPACE:
+                    continue
+                if change.type == "DELETED":
+                    self._provisionable.pop(meta["name"], None)
+                else:
+                    self._provisionable[meta["name"]] = _provisionable(change.obj)
+        return len(self._provisionable), sum(self._provisionable.values())
 
 
 def _unschedulable(obj: dict[str, Any]) -> None:
     mark_unschedulable(obj, datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
-async def measure(n: int, port: int) -> dict[str, float]:
-    """Run one burst of ``n`` pods; figures in seconds and counts."""
+async def measure(n: int, port: int, progress: bool = False) -> dict[str, float]:
+    """Run one burst of ``n`` pods; figures in seconds and counts. ``progress``: print
+    the triggers created and provisionable every second to stderr."""
     store = Store()
     for k in range(20):
         store.create(
@@ -111,8 +158,17 @@ async def measure(n: int, port: int) -> dict[str, float]:
                 created = 0
                 done = last
                 deadline = last + 300
+                count = TriggerCount(store)
+                shown = first
                 while time.monotonic() < deadline:
-                    created, provisionable = triggers_in(store)
+                    created, provisionable = count.read()
+                    if progress and time.monotonic() - shown >= 1.0:
+                        shown = time.monotonic()
+                        print(
+                            f"  {shown - first:5.1f} s: {created} triggers, "
+                            f"{provisionable} provisionable",
+                            file=sys.stderr,
+                        )
                     if provisionable >= needed:
                         done = time.monotonic()
                         break
@@ -133,9 +189,9 @@ async def measure(n: int, port: int) -> dict[str, float]:
     }
 
 
-def run(sizes: tuple[int, ...] = (10_000,)) -> None:
+def run(sizes: tuple[int, ...] = (10_000,), progress: bool = False) -> None:
     for n in sizes:
-        r = asyncio.run(measure(n, 18000 + os.getpid() % 1000))
+        r = asyncio.run(measure(n, 18000 + os.getpid() % 1000, progress))
         print(
             f"burst of {n:>6} pending GPU pods: last needed trigger provisionable "
             f"{r['from_first']:5.1f} s after "
@@ -148,7 +204,11 @@ def run(sizes: tuple[int, ...] = (10_000,)) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.burst", description=__doc__)
     parser.add_argument("--pods", type=int, nargs="+", default=[10_000])
-    run(tuple(parser.parse_args().pods))
+    parser.add_argument(
+        "--progress", action="store_true", help="print triggers every second to stderr"
+    )
+    args = parser.parse_args()
+    run(tuple(args.pods), args.progress)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import yaml
 from aiohttp import web
 
@@ -101,9 +102,7 @@ CONTEXT = web.AppKey("gpu_intent_sim_api", ApiContext)
 def respond(body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
     """A compact JSON response; each warning becomes a ``Warning: 299 - "<text>"`` header
     (k8s.io/apiserver ``pkg/endpoints/handlers/responsewriters``, RFC 7234 quoting)."""
-    resp = web.json_response(
-        body, status=status, dumps=lambda o: json.dumps(o, separators=(",", ":"))
-    )
+    resp = web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
     for text in warnings or []:
         quoted = text.replace("\\", "\\\\").replace('"', '\\"')
         resp.headers.add("Warning", f'299 - "{quoted}"')

@@ -35,6 +35,7 @@ import logging
 import random
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from sim.handlers import CUSTOM_TYPES, ApiContext, Target, flag, respond
@@ -50,7 +51,8 @@ _IDLE_CHECK = 1.0
 
 
 def _line(event_type: str, obj: Any) -> bytes:
-    return (json.dumps({"type": event_type, "object": obj}, separators=(",", ":")) + "\n").encode()
+    """One watch event as kube-apiserver streams it: a JSON object and a newline."""
+    return orjson.dumps({"type": event_type, "object": obj}, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def _closed(request: web.Request) -> bool:
