@@ -122,6 +122,34 @@ class BindTimer:
         await asyncio.gather(self._task, return_exceptions=True)
 
 
+class ProvisionableTimer:
+    """Loop time at which each pod of a namespace was first seen provisionable
+    (``PodScheduled=False, reason=Unschedulable``: Karpenter ``IsProvisionable``,
+    pkg/utils/pod/scheduling.go), from a store watch: for the pods, when their scheduler
+    gave up on them; for the triggers, when Karpenter can act on them."""
+
+    def __init__(self, cluster: SimCluster, namespace: str) -> None:
+        self._watcher = cluster.store.watch(sim_store.PODS, namespace)
+        self.at: dict[str, float] = {}
+        self._task = asyncio.create_task(self._follow())
+
+    async def _follow(self) -> None:
+        loop = asyncio.get_running_loop()
+        async for event in self._watcher:
+            name = event.obj["metadata"]["name"]
+            if name not in self.at and any(
+                c.get("type") == "PodScheduled"
+                and c.get("status") == "False"
+                and c.get("reason") == "Unschedulable"
+                for c in (event.obj.get("status") or {}).get("conditions") or ()
+            ):
+                self.at[name] = loop.time()
+
+    async def close(self) -> None:
+        self._watcher.close()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
 async def create_paced(
     side: cost.Side, pods: Sequence[dict[str, Any]], seconds: float, concurrency: int = 16
 ) -> float:
@@ -156,6 +184,10 @@ class Timing:
     why: Sequence[str]
     #: When each NodeClaim was created, seconds after the first pod was, sorted.
     claim_times: Sequence[float] = ()
+    #: When each pod, and each trigger, was first provisionable (seconds after the first
+    #: pod was created), sorted.
+    unschedulable_times: Sequence[float] = ()
+    trigger_times: Sequence[float] = ()
 
     def pct(self, q: float) -> float:
         if not self.durations:
@@ -183,6 +215,8 @@ async def measure(
             processes=True,
         ) as s:
             timer = BindTimer(s.cluster, cost.NAMESPACE, len(pods))
+            unschedulable = ProvisionableTimer(s.cluster, cost.NAMESPACE)
+            provisionable = ProvisionableTimer(s.cluster, cost.TRIGGERS_NS)
             loop = asyncio.get_running_loop()
             start = loop.time()
             try:
@@ -192,6 +226,8 @@ async def measure(
                     await asyncio.wait_for(timer.all_bound.wait(), max(0.0, remaining))
             finally:
                 await timer.close()
+                await unschedulable.close()
+                await provisionable.close()
             gpus = 0
             for claim in s.claims.created.values():
                 name = (claim["metadata"].get("labels") or {}).get(cost.INSTANCE_TYPE_LABEL)
@@ -208,6 +244,8 @@ async def measure(
                 dict(kinds),
                 cost.why_unbound(s.cluster, left),
                 sorted(t - start for t in s.claims.first_seen.values()),
+                sorted(t - start for t in unschedulable.at.values()),
+                sorted(t - start for t in provisionable.at.values()),
             )
 
 
@@ -244,12 +282,16 @@ async def scenario(
     )
     print(f"  ratio A/B: {ratios}   (target <= 1.02)   wall {time.perf_counter() - wall:.1f}s")
     for side, t in (("A", a), ("B", b)):
-        if t.claim_times:
-            times = t.claim_times
-            print(
-                f"  {side}: NodeClaims created {times[0]:.1f}s to {times[-1]:.1f}s after the "
-                f"first pod (p50 {times[len(times) // 2]:.1f}s)"
-            )
+        for what, times in (
+            ("pods Unschedulable", t.unschedulable_times),
+            ("triggers provisionable", t.trigger_times),
+            ("NodeClaims created", t.claim_times),
+        ):
+            if times:
+                print(
+                    f"  {side}: {what} {times[0]:.1f}s to {times[-1]:.1f}s after the first pod "
+                    f"(p50 {times[len(times) // 2]:.1f}s)"
+                )
     for side, t in (("A", a), ("B", b)):
         if t.bound < t.pods:
             print(

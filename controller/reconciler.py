@@ -195,6 +195,9 @@ class Controller:
         rate = config.trigger_creates_per_second
         self._create_rate = TokenBucket(rate, max(1.0, rate), monotonic()) if rate > 0 else None
         self._poked = asyncio.Event()
+        #: When the first poke not yet answered by a pass that could create came in
+        #: (`time.monotonic`; None: none waiting): the debounce's deadline counts from it.
+        self._waiting_since: float | None = None
         self._instance = os.environ.get("POD_NAME") or socket.gethostname()
         #: Write slots for what saves money (deletes, marks, links, node labels,
         #: protections) and, apart, for reports (statuses, Events): a burst of status
@@ -260,7 +263,7 @@ class Controller:
             ),
         ]
         self.informers = [
-            Informer(kube, spec, self.state, self._poked.set, watch_seconds=config.watch_seconds)
+            Informer(kube, spec, self.state, self._poke, watch_seconds=config.watch_seconds)
             for spec in specs
         ]
         self.ready = asyncio.Event()
@@ -307,7 +310,7 @@ class Controller:
                     self.kube,
                     spec,
                     self.state,
-                    self._poked.set,
+                    self._poke,
                     watch_seconds=self.config.watch_seconds,
                 )
             )
@@ -353,7 +356,7 @@ class Controller:
                 await self._adopt_triggers()
             await self._find_bound()
             log.info("reconciling")
-            self._poked.set()  # plan at once, not after a resync period
+            self._poke()  # plan at once, not after a resync period
             while True:
                 await self._settle()
                 if self.creating and not await self._worth_a_pass():
@@ -446,8 +449,18 @@ class Controller:
                 adopted += 1
         log.info("leading: %d triggers live, %d not yet in the cache", len(items), adopted)
 
+    def _poke(self) -> None:
+        """Something changed: plan again (after `_settle`)."""
+        if self._waiting_since is None:
+            self._waiting_since = time.monotonic()
+        self._poked.set()
+
     async def _settle(self) -> None:
-        """Wait for a poke (or the resync period), then for changes to go quiet.
+        """Wait for a poke (or the resync period), then for changes to go quiet: at most
+        ``max_delay_seconds`` after the first change no pass able to create has answered
+        yet. Changes that came in while a pass's creates were in flight have waited
+        already: once the creates end, the next pass is not delayed again (in a burst,
+        changes never go quiet, and each round of creates paid the whole delay).
 
         ``asyncio.timeout``, not ``asyncio.wait_for``: on Python 3.11 ``wait_for`` can
         swallow a cancellation that arrives as the inner wait completes (CPython
@@ -458,7 +471,7 @@ class Controller:
                 await self._poked.wait()
         except TimeoutError:
             return
-        deadline = time.monotonic() + cfg.max_delay_seconds
+        deadline = (self._waiting_since or time.monotonic()) + cfg.max_delay_seconds
         while True:
             self._poked.clear()
             remaining = deadline - time.monotonic()
@@ -553,6 +566,8 @@ class Controller:
         started = time.perf_counter()
         self._last_pass = self._monotonic()
         self._money_seen = self._money_inputs()
+        if not self.creating:
+            self._waiting_since = None  # this pass answers every change so far
         if self.dra:
             await self._record_dra_intents()
         bucket = self._create_rate
@@ -571,7 +586,7 @@ class Controller:
             if not bucket.available(self._monotonic()):
                 # Demand may be waiting for tokens: plan again once one is back.
                 asyncio.get_running_loop().call_later(
-                    bucket.seconds_to_next(self._monotonic()) + 0.01, self._poked.set
+                    bucket.seconds_to_next(self._monotonic()) + 0.01, self._poke
                 )
         if decided:
             await self.apply(decided)
@@ -595,7 +610,7 @@ class Controller:
         before = len(self.state.left())
         await self._read_left()
         if len(self.state.left()) < before:
-            self._poked.set()
+            self._poke()
 
     def _observe(self, phases: Mapping[str, int], decided: Plan) -> None:
         metrics.PENDING_PODS.clear()
@@ -690,7 +705,7 @@ class Controller:
                 lambda c: self._create(c.body, c.gpus, c.group.pool, c.serves), creates
             )
         finally:
-            self._poked.set()
+            self._poke()
 
     async def _each(
         self,
@@ -733,7 +748,7 @@ class Controller:
             finally:
                 for key in batch:
                     self._writing.pop(key, None)
-        self._poked.set()  # written statuses may settle decisions: plan again
+        self._poke()  # written statuses may settle decisions: plan again
 
     async def flush_statuses(self) -> None:
         """Wait until every queued status is written (tests and shutdown)."""

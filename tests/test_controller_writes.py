@@ -196,3 +196,36 @@ async def test_deletes_take_no_slot_of_the_creates_in_flight() -> None:
     assert sum(c.startswith("create") for c in kube.calls) == 5
     if controller._writer is not None:
         controller._writer.cancel()
+
+
+async def test_changes_that_waited_behind_creates_are_not_debounced_again() -> None:
+    """In a burst changes never go quiet, so the debounce runs to its maximum delay.
+    Changes that came in while a pass's creates were in flight have waited already: the
+    pass after the creates comes at once, not a maximum delay later. Changes after a
+    pass that could create are debounced as before."""
+    controller = Controller(
+        cast(Kube, StuckStatusKube()),
+        ControllerConfig(idle_seconds=0.2, max_delay_seconds=1.5, resync_seconds=30),
+    )
+    loop = asyncio.get_running_loop()
+
+    async def settle_under_a_stream_of_changes() -> float:
+        async def stream() -> None:
+            while True:
+                controller._poke()
+                await asyncio.sleep(0.02)
+
+        streaming = asyncio.create_task(stream())
+        start = loop.time()
+        try:
+            await asyncio.wait_for(controller._settle(), 10)
+        finally:
+            streaming.cancel()
+        return loop.time() - start
+
+    controller._poke()
+    controller._waiting_since = (controller._waiting_since or 0.0) - 1.5  # waited meanwhile
+    assert await settle_under_a_stream_of_changes() < 0.75
+    await controller.reconcile_once()  # nothing in the cache; it answers every change
+    assert controller._waiting_since is None
+    assert await settle_under_a_stream_of_changes() >= 1.4
