@@ -22,7 +22,6 @@ the results into statuses and trigger specs.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -37,6 +36,7 @@ from controller.model import (
     PendingPod,
     PodRef,
     TriggerInfo,
+    gpu_need,
     node_label_value,
     parse_time,
 )
@@ -166,9 +166,9 @@ def held_covers(
     for name, marked in by_claim.items():
         claim = claims[name]
         for _, pod in sorted(marked, key=lambda m: (m[0], m[1].ref)):
-            if pod.intent.gpus <= room_of(claim):
+            if (need := gpu_need(pod.intent)) <= room_of(claim):
                 held.add(pod.ref)
-                room[name] -= pod.intent.gpus
+                room[name] -= need
     free = {
         c.name: room_of(c)
         for c in claims.values()
@@ -216,16 +216,15 @@ def place_on_free(
     gpu_memory_label: str,
 ) -> tuple[list[PendingPod], list[tuple[PendingPod, NodeClaimInfo]]]:
     """Place the group's pods on the free GPUs of `fresh` NodeClaims (``free``, from
-    `held_covers`; consumed here): largest need first, first NodeClaim by name that
-    hosts the pod (`claim_hosts`) and has room; a pod that states GPU memory needs whole
-    GPUs. Returns the pods left to plan and the (pod, NodeClaim) placements."""
+    `held_covers`; consumed here): largest need first (`controller.model.gpu_need`),
+    first NodeClaim by name that hosts the pod (`claim_hosts`) and has room. Returns the pods left to plan and the (pod, NodeClaim) placements."""
     left: list[PendingPod] = []
     placed: list[tuple[PendingPod, NodeClaimInfo]] = []
-    order = sorted(pods, key=lambda p: (-p.intent.gpus, p.created or datetime.min, p.ref))
+    pods = list(pods)
+    needs = {pod.ref: gpu_need(pod.intent) for pod in pods}
+    order = sorted(pods, key=lambda p: (-needs[p.ref], p.created or datetime.min, p.ref))
     for pod in order:
-        need = pod.intent.gpus
-        if pod.intent.gpu_memory_mib:
-            need = Decimal(math.ceil(need))
+        need = needs[pod.ref]
         name = next(
             (
                 n

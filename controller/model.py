@@ -213,6 +213,52 @@ class RetryState:
         return cls(attempts, retry_at, reason if isinstance(reason, str) else "")
 
 
+#: Intent source tokens that state a share of one GPU (`gpu_need`): HAMi cores and
+#: memory percentage, KAI's fraction, tensor-fusion's compute, the user's own ``gpus``.
+SHARE_SOURCES = frozenset(
+    {
+        "hami:nvidia.com/gpucores",
+        "hami:nvidia.com/gpumem-percentage",
+        "kai:gpu-fraction",
+        "tensor-fusion:tensor-fusion.ai/compute-percent-request",
+        "tensor-fusion:tensor-fusion.ai/tflops-request",
+        "user:gpu-intent.io/gpus",
+    }
+)
+
+
+def gpu_need(intent: Intent) -> Decimal:
+    """GPUs a pod takes when packed with others (`controller.plan.pack`, free GPUs and
+    NodeReady covers in `controller.capacity`, GPUs found used on a node): a share of one
+    GPU (< 1, it can share a card), or whole GPUs (an integer, it shares none).
+
+    - A pod that states no GPU memory: the intent's ``gpus`` (a share from its layer, or
+      GPUs; a bin of ``ceil(gpus)`` may share what is left).
+    - A pod that states GPU memory on several devices (``gpus`` > 1): whole GPUs,
+      ``ceil(gpus)``, shared with none.
+    - A pod that states GPU memory (``gpu_memory_mib``, MiB per GPU) on a card of known
+      memory (``model_memory_mib``: it names the model) takes the larger of that memory's
+      share of the card and the share its sharing layer states (`SHARE_SOURCES`; without
+      one, the intent's ``gpus`` is a placeholder: 1 for HAMi ``gpumem`` and
+      tensor-fusion ``vram-request``, 0.1 for KAI ``gpu-memory``, webhook.demand). The
+      layers place such pods by memory: HAMi's ``Fit`` checks ``nvidia.com/gpumem``
+      against each device's free memory (pkg/device/nvidia/device.go), KAI a
+      ``gpu-memory`` pod against the device's memory. A share of 1 or more is one whole GPU.
+    - A pod that states GPU memory on a card of unknown memory: one whole GPU (its share
+      cannot be judged: ten KAI ``gpu-memory`` pods counted 0.1 each would not fit).
+    Pure."""
+    gpus = intent.gpus
+    if not intent.gpu_memory_mib:
+        return gpus
+    if gpus > 1:
+        return Decimal(math.ceil(gpus))
+    if not intent.model_memory_mib:
+        return Decimal(1)
+    stated = gpus if SHARE_SOURCES.intersection(intent.source) else Decimal(0)
+    share = max(stated, Decimal(intent.gpu_memory_mib) / Decimal(intent.model_memory_mib))
+    return share if share < 1 else Decimal(1)
+
+
 @dataclass(frozen=True, slots=True)
 class PendingPod:
     """A pod with a GPU intent that failed to schedule.

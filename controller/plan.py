@@ -8,8 +8,8 @@ Given the pending GPU pods, the live trigger pods, NodeClaims, NodePools and Kar
    affinity can never match a node the pool makes) and which intents are invalid;
 2. for the rest, grouped by (NodePool, model, copied node selector), the GPU *bins*:
    a pod needing ``g >= 1`` GPUs gets a bin of ``ceil(g)`` whole GPUs; fractional pods
-   are packed best-fit-decreasing into bins with spare share, so two 0.5 pods fill one
-   1-GPU bin (KAI's node-scale-adjuster sums fractions the same way, REFERENCE.md 3);
+   (and pods that state GPU memory on a card of known memory, by that share) are packed
+   best-fit-decreasing into bins with spare share, so two 0.5 pods fill one 1-GPU bin (KAI's node-scale-adjuster sums fractions the same way, REFERENCE.md 3);
 3. *in-flight accounting*: bins are placed into the GPU capacity of the group's live
    triggers first (most progressed first: Ready, launched, linked, new), whatever their
    size, so a change in packing never replaces capacity already bought; only bins left
@@ -81,6 +81,7 @@ from controller.model import (
     ScheduledPod,
     Toleration,
     TriggerInfo,
+    gpu_need,
     untolerated_taint,
 )
 from controller.triggers import LINKED_REASON, TriggerSettings, trigger_name, trigger_pod
@@ -458,26 +459,29 @@ def unmet_constraint(pod: PendingPod, pool: NodePoolInfo) -> str | None:
 
 
 def pack(pods: Iterable[PendingPod]) -> list[_Bin]:
-    """Best-fit-decreasing of pods' GPU needs into whole-GPU bins (see module doc).
+    """Best-fit-decreasing of pods' GPU needs (`controller.model.gpu_need`) into
+    whole-GPU bins (see module doc).
 
     Pods are taken largest need first; a fractional pod goes to the open bin whose
     spare share fits it most tightly, else opens a 1-GPU bin. A pod that states GPU
-    memory (MiB) takes whole GPUs and shares none: its share of a card cannot be judged
-    without the card's memory (KAI counts a ``gpu-memory`` pod as 0.1 GPU, and ten such
-    pods on one 24 GiB card would not fit), so it is bought as a native whole-GPU pod
-    would be. Best fit and first fit
+    memory shares a card by that memory's share of it when its model's memory is known
+    (three HAMi ``gpumem: 6000`` pods on one 22,888 MiB A10G); when it is not, it takes
+    whole GPUs and shares none (KAI counts a ``gpu-memory`` pod as 0.1 GPU, and ten such
+    pods on one 24 GiB card would not fit), as a native whole-GPU pod would. Best fit and first fit
     decreasing share the 11/9 OPT + 6/9 bound (Dosa 2007); a sorted index of spare
     shares makes this O(n log n) instead of first fit's O(n x bins).
     """
     bins: list[_Bin] = []
     spare: list[tuple[Decimal, int]] = []  # (spare share, bin index), sorted
-    order = sorted(pods, key=lambda p: (-p.intent.gpus, p.created or datetime.min, p.ref))
+    pods = list(pods)
+    needs = {pod.ref: gpu_need(pod.intent) for pod in pods}
+    order = sorted(pods, key=lambda p: (-needs[p.ref], p.created or datetime.min, p.ref))
     for pod in order:
-        need = pod.intent.gpus
-        if need >= 1 or pod.intent.gpu_memory_mib:
+        need = needs[pod.ref]
+        if need >= 1:
             size = math.ceil(need)
             bins.append(_Bin(size, need, [pod]))
-            if size - need > 0 and not pod.intent.gpu_memory_mib:
+            if size - need > 0:
                 bisect.insort(spare, (size - need, len(bins) - 1))
             continue
         at = bisect.bisect_left(spare, (need, -1))
@@ -766,7 +770,7 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
     )
     for key in sorted(set(groups) | set(by_group), key=GroupKey.sort_key):
         pods = groups.get(key, [])
-        demand[key] = sum((p.intent.gpus for p in pods), Decimal(0))
+        demand[key] = sum((gpu_need(p.intent) for p in pods), Decimal(0))
         claim_of = {t.ref: claims.get(links.get(t.ref) or "") for t in by_group.get(key, [])}
         supply = sorted(
             by_group.get(key, []),

@@ -19,3 +19,31 @@ def test_tolerations_match_taints_as_kubernetes_does() -> None:
     hard = {"key": "dra-only", "effect": "NoExecute"}
     assert untolerated_taint(tolerations, [taint, hard]) == hard
     assert untolerated_taint((), [taint]) == taint
+
+
+def test_gpu_need_reads_memory_as_a_share_of_the_named_card() -> None:
+    """What a pod takes of a GPU when packed: the intents the webhook writes for the
+    sharing layers (webhook.demand), read as the layers place them."""
+    from decimal import Decimal
+
+    from controller.model import gpu_need
+    from gpu_intent.intent import Intent
+
+    a10g = 22888  # MiB, the catalog's A10G
+    hami = ("hami:nvidia.com/gpumem", "hami:nvidia.com/use-gputype")
+    # HAMi gpumem alone: the intent's 1 GPU is a placeholder; the memory decides.
+    assert gpu_need(Intent(Decimal(1), "a10g", None, 6000, hami, a10g)) == Decimal(6000) / a10g
+    # With cores stated, the larger share of the two.
+    cores = (*hami, "hami:nvidia.com/gpucores")
+    assert gpu_need(Intent(Decimal("0.5"), "a10g", None, 6000, cores, a10g)) == Decimal("0.5")
+    assert gpu_need(Intent(Decimal("0.1"), "a10g", None, 6000, cores, a10g)) == Decimal(6000) / a10g
+    # KAI gpu-memory's 0.1 is a placeholder too; a card too small is one whole GPU.
+    kai = ("kai:gpu-memory", "user:gpu-intent.io/model")
+    assert gpu_need(Intent(Decimal("0.1"), "l4", None, 11444, kai, a10g)) == Decimal("0.5")
+    assert gpu_need(Intent(Decimal("0.1"), "l4", None, 30000, kai, a10g)) == 1
+    # The card's memory unknown (no model named): one whole GPU, shared with none.
+    assert gpu_need(Intent(Decimal("0.1"), None, None, 20000, ("kai:gpu-memory",))) == 1
+    # Several devices: whole GPUs. No memory stated: the intent's GPUs as they are.
+    assert gpu_need(Intent(Decimal("1.5"), "a10g", None, 6000, hami, a10g)) == 2
+    assert gpu_need(Intent(Decimal("1.5"), "l4", None, None, ("kai:gpu-fraction",))) == Decimal("1.5")
+    assert gpu_need(Intent(Decimal("0.25"), "l4", None, None, ("kai:gpu-fraction",))) == Decimal("0.25")

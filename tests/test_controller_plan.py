@@ -123,6 +123,29 @@ def test_fractions_are_packed_best_fit_decreasing_into_whole_gpus() -> None:
     assert sizes == [(1, ["b", "c"]), (2, ["a", "d"])]
 
 
+def test_memory_pods_of_a_named_model_share_its_cards_by_memory() -> None:
+    """HAMi ``gpumem`` pods naming the A10G (22,888 MiB): two 8,000 and one 6,000 MiB
+    pod fill one card (22,000 MiB), as HAMi's Fit places them; 6 pods are 2 GPUs, not the
+    6 whole GPUs they were bought as. Without the card's memory each is a whole GPU."""
+    memory = {"gpu-intent.io/model-memory": "22888"}
+    source = ("hami:nvidia.com/gpumem", "hami:nvidia.com/use-gputype")
+
+    def hami(name: str, mib: int, known: bool = True) -> dict[str, Any]:
+        extra = {"gpu-intent.io/gpu-memory": str(mib), **(memory if known else {})}
+        return gpu_pod(name, "1", model="a10g", source=source, extra_annotations=extra)
+
+    pods = [hami(f"p{i}", 8000 if i < 3 else 6000) for i in range(6)]
+    parsed = [p for p in snapshot(pods).pods if isinstance(p, PendingPod)]
+    assert sorted(sum(p.intent.gpu_memory_mib or 0 for p in b.pods) for b in pack(parsed)) == [
+        20000,
+        22000,
+    ]
+    result = plan(snapshot(pods), CONFIG)
+    assert sum(c.gpus for c in result.creates) == 2
+    unknown = [hami(f"p{i}", 8000, known=False) for i in range(3)]
+    assert sum(c.gpus for c in plan(snapshot(unknown), CONFIG).creates) == 3
+
+
 def test_packing_fills_the_tightest_bin_so_fractions_need_the_fewest_gpus() -> None:
     shares = {"a": "0.6", "b": "0.5", "c": "0.4", "d": "0.3", "e": "0.2"}
     pods = snapshot([gpu_pod(name, share, model="l4") for name, share in shares.items()]).pods
