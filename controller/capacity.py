@@ -217,7 +217,8 @@ def place_on_free(
 ) -> tuple[list[PendingPod], list[tuple[PendingPod, NodeClaimInfo]]]:
     """Place the group's pods on the free GPUs of `fresh` NodeClaims (``free``, from
     `held_covers`; consumed here): largest need first (`controller.model.gpu_need`),
-    first NodeClaim by name that hosts the pod (`claim_hosts`) and has room. Returns the pods left to plan and the (pod, NodeClaim) placements."""
+    first NodeClaim by name that hosts the pod (`claim_hosts`) and has room. Returns the
+    pods left to plan and the (pod, NodeClaim) placements."""
     left: list[PendingPod] = []
     placed: list[tuple[PendingPod, NodeClaimInfo]] = []
     pods = list(pods)

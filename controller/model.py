@@ -227,6 +227,11 @@ SHARE_SOURCES = frozenset(
 )
 
 
+#: The least of a GPU one HAMi vGPU takes: a device holds at most ``deviceSplitCount``
+#: vGPUs (default 10; HAMi's device plugin advertises ``nvidia.com/gpu`` = GPUs x 10).
+HAMI_MIN_SHARE = Decimal("0.1")
+
+
 def gpu_need(intent: Intent) -> Decimal:
     """GPUs a pod takes when packed with others (`controller.plan.pack`, free GPUs and
     NodeReady covers in `controller.capacity`, GPUs found used on a node): a share of one
@@ -243,7 +248,8 @@ def gpu_need(intent: Intent) -> Decimal:
       tensor-fusion ``vram-request``, 0.1 for KAI ``gpu-memory``, webhook.demand). The
       layers place such pods by memory: HAMi's ``Fit`` checks ``nvidia.com/gpumem``
       against each device's free memory (pkg/device/nvidia/device.go), KAI a
-      ``gpu-memory`` pod against the device's memory. A share of 1 or more is one whole GPU.
+      ``gpu-memory`` pod against the device's memory. A HAMi pod takes at least
+      `HAMI_MIN_SHARE` (ten vGPUs to a device). A share of 1 or more is one whole GPU.
     - A pod that states GPU memory on a card of unknown memory: one whole GPU (its share
       cannot be judged: ten KAI ``gpu-memory`` pods counted 0.1 each would not fit).
     Pure."""
@@ -256,6 +262,8 @@ def gpu_need(intent: Intent) -> Decimal:
         return Decimal(1)
     stated = gpus if SHARE_SOURCES.intersection(intent.source) else Decimal(0)
     share = max(stated, Decimal(intent.gpu_memory_mib) / Decimal(intent.model_memory_mib))
+    if any(token.startswith("hami:") for token in intent.source):
+        share = max(share, HAMI_MIN_SHARE)
     return share if share < 1 else Decimal(1)
 
 

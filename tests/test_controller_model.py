@@ -37,6 +37,8 @@ def test_gpu_need_reads_memory_as_a_share_of_the_named_card() -> None:
     cores = (*hami, "hami:nvidia.com/gpucores")
     assert gpu_need(Intent(Decimal("0.5"), "a10g", None, 6000, cores, a10g)) == Decimal("0.5")
     assert gpu_need(Intent(Decimal("0.1"), "a10g", None, 6000, cores, a10g)) == Decimal(6000) / a10g
+    # HAMi puts at most ten vGPUs on a device (deviceSplitCount): a tenth at least.
+    assert gpu_need(Intent(Decimal(1), "a10g", None, 500, hami, a10g)) == Decimal("0.1")
     # KAI gpu-memory's 0.1 is a placeholder too; a card too small is one whole GPU.
     kai = ("kai:gpu-memory", "user:gpu-intent.io/model")
     assert gpu_need(Intent(Decimal("0.1"), "l4", None, 11444, kai, a10g)) == Decimal("0.5")
@@ -45,5 +47,6 @@ def test_gpu_need_reads_memory_as_a_share_of_the_named_card() -> None:
     assert gpu_need(Intent(Decimal("0.1"), None, None, 20000, ("kai:gpu-memory",))) == 1
     # Several devices: whole GPUs. No memory stated: the intent's GPUs as they are.
     assert gpu_need(Intent(Decimal("1.5"), "a10g", None, 6000, hami, a10g)) == 2
-    assert gpu_need(Intent(Decimal("1.5"), "l4", None, None, ("kai:gpu-fraction",))) == Decimal("1.5")
-    assert gpu_need(Intent(Decimal("0.25"), "l4", None, None, ("kai:gpu-fraction",))) == Decimal("0.25")
+    fraction = ("kai:gpu-fraction",)
+    assert gpu_need(Intent(Decimal("1.5"), "l4", None, None, fraction)) == Decimal("1.5")
+    assert gpu_need(Intent(Decimal("0.25"), "l4", None, None, fraction)) == Decimal("0.25")
