@@ -1033,15 +1033,18 @@ class ResourceClaimController:
         )  # fmt: skip
 
     def sync_once(self) -> None:
-        """One pass over pods and claims."""
-        pods = self._store.list(PODS, copy_objects=False)[0]
+        """One pass over pods and claims. Pods are walked unsorted and without copies
+        (every pod write wakes this controller; in a cluster it is an informer's
+        handler, not a pass over every pod), and indexed by uid only when claims exist."""
         claims = self._store.list(RESOURCECLAIMS, copy_objects=False)[0]
-        by_uid = {p["metadata"]["uid"]: p for p in pods}
+        pods = list(self._store.iter_objects(PODS))
         for pod in pods:
             if (pod.get("spec") or {}).get("resourceClaims") and not _pod_done(pod):
                 self._sync_pod(pod, claims)
-        for claim in claims:
-            self._sync_claim(claim, by_uid)
+        if claims:
+            by_uid = {p["metadata"]["uid"]: p for p in pods}
+            for claim in claims:
+                self._sync_claim(claim, by_uid)
 
     def _sync_pod(self, pod: Obj, claims: Sequence[Obj]) -> None:
         meta = pod["metadata"]

@@ -32,7 +32,7 @@ from typing import Any, Final
 from gpu_intent.quantity import parse_quantity
 from sim import dra
 from sim import nodeclaims as lifecycle
-from sim.affinity import anti_affinity_conflict
+from sim.affinity import anti_affinity_conflict, required_anti_affinity
 from sim.catalog import (
     CAPACITY_TYPES,
     CATALOG,
@@ -252,6 +252,9 @@ class NewNodeClaim:
     #: The most of each resource any of ``instance_types`` allocates (`_may_fit`); None
     #: until read, and again whenever ``instance_types`` changes.
     ceiling: dict[str, Decimal] | None = None
+    #: How many of ``pods`` have required hostname anti-affinity: with none there and none
+    #: on the incoming pod, no anti-affinity check is needed.
+    repelling: int = 0
 
 
 def _may_fit(claim: NewNodeClaim, requests: Mapping[str, Decimal]) -> bool:
@@ -406,13 +409,16 @@ class _Solver:
                 ex.requirements = ex.requirements.add(reqs)
                 return None
         self.new.sort(key=lambda n: len(n.pods))  # addToInflightNode: fewest pods first
+        repels = bool(required_anti_affinity(pod))
         for claim in self.new:
             if not _may_fit(claim, requests):
                 continue  # full: no instance type of it has room
             total = _merge(claim.requests, requests)
             if not any(fits(total, _allocatable(it)) for it in claim.instance_types):
                 continue  # full: a cheap early exit (in-flight failures are never reported)
-            if anti_affinity_conflict(pod, claim.pods, self.namespace_labels) is not None:
+            if (repels or claim.repelling) and anti_affinity_conflict(
+                pod, claim.pods, self.namespace_labels
+            ) is not None:
                 continue  # Topology.AddRequirements: this hostname domain is taken
             added = self._can_add(
                 claim.taints,
@@ -422,12 +428,14 @@ class _Solver:
                 requests,
                 reqs,
                 tolerations,
+                explain=False,  # in-flight failures are never reported
             )
             if not isinstance(added, str):
                 claim.requirements, claim.instance_types = added
                 claim.ceiling = None
                 claim.requests = _merge(claim.requests, requests)
                 claim.pods.append(pod)
+                claim.repelling += repels
                 return None
         if not self.templates:
             return "nodepool requirements filtered out all available instance types"
@@ -459,7 +467,13 @@ class _Solver:
             claim_reqs, its = added
             self.new.append(
                 NewNodeClaim(
-                    t.name, claim_reqs, its, _merge({"pods": _ZERO}, requests), [pod], t.taints
+                    t.name,
+                    claim_reqs,
+                    its,
+                    _merge({"pods": _ZERO}, requests),
+                    [pod],
+                    t.taints,
+                    repelling=int(repels),
                 )
             )
             if limits is not None:  # subtractMax: assume the biggest option launches
@@ -487,11 +501,17 @@ class _Solver:
         requests: Mapping[str, Decimal],
         reqs: Requirements,
         tolerations: list[Obj],
+        *,
+        explain: bool = True,
     ) -> tuple[Requirements, list[InstanceType]] | str:
         """``NodeClaim.CanAdd``: taints (``taints``, not ``startupTaints``), requirements,
-        then the instance types that fit everything."""
+        then the instance types that fit everything. ``explain`` False: a failed
+        requirements check returns a bare reason (the caller discards it) instead of
+        composing Karpenter's."""
         if error := _untolerated(taints, tolerations, self.legacy):
             return error
+        if not explain and not claim_reqs.can_meet(reqs, WELL_KNOWN_LABELS):
+            return "incompatible requirements"
         if error := claim_reqs.compatible(reqs, WELL_KNOWN_LABELS):
             return f"incompatible requirements, {error}"
         merged = claim_reqs.add(reqs)

@@ -298,15 +298,18 @@ class Requirements(Mapping[str, Requirement]):
             return f'label "{key}" does not have known values{self._hint(key, allow_undefined)}'
         return self.intersects(incoming)
 
-    def can_meet(self, incoming: Requirements) -> bool:
-        """Whether `compatible` (with nothing allowed undefined) would return None, without
-        composing the reason: Karpenter's existing-node check discards it, and a solve
-        over a thousand nodes spent most of its time writing reasons nobody read."""
+    def can_meet(
+        self, incoming: Requirements, allow_undefined: frozenset[str] = frozenset()
+    ) -> bool:
+        """Whether `compatible` (with the same ``allow_undefined``) would return None,
+        without composing the reason: Karpenter's existing-node check and its in-flight
+        NodeClaims discard it, and a solve over a thousand nodes spent most of its time
+        writing reasons nobody read."""
         mine = self._reqs
         for key, new in incoming._reqs.items():
             existing = mine.get(key)
             if existing is None:
-                if new.operator not in (NOT_IN, DOES_NOT_EXIST):
+                if key not in allow_undefined and new.operator not in (NOT_IN, DOES_NOT_EXIST):
                     return False
                 continue
             if existing.has_intersection(new):

@@ -554,7 +554,19 @@ class Store:
         subresource: str | None = None,
         dry_run: bool = False,
     ) -> Obj:
-        """Replace an object (HTTP PUT). ``subresource="status"`` replaces only status;
+        """Replace an object (HTTP PUT): see `_update`. ``obj`` is copied, never kept."""
+        return self._update(rt, json_copy(dict(obj)), subresource=subresource, dry_run=dry_run)
+
+    def _update(
+        self,
+        rt: ResourceType,
+        new: Obj,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        """Replace an object (HTTP PUT) with ``new``, which is taken over (the caller keeps
+        no reference to it). ``subresource="status"`` replaces only status;
         ``"binding"`` (pods only) replaces spec and status together, as the pod registry's
         ``BindingREST`` does in one update.
 
@@ -564,7 +576,7 @@ class Store:
         otherwise). Removing the last finalizer of an object being deleted deletes it.
         Raises `NotFound`, `Conflict`, `Invalid`, `BadRequest`.
         """
-        meta = obj.get("metadata") or {}
+        meta = new.get("metadata") or {}
         old = self._get(
             rt, meta.get("namespace") if rt.namespaced else None, str(meta.get("name", ""))
         )
@@ -576,7 +588,6 @@ class Store:
                 "your changes to the latest version and try again",
                 details={"name": old["metadata"]["name"], "kind": rt.plural},
             )
-        new = json_copy(dict(obj))
         new["apiVersion"], new["kind"] = rt.api_version, rt.kind
         if subresource == "status":
             kept = json_copy(old)
@@ -628,7 +639,7 @@ class Store:
         current["metadata"]["resourceVersion"] = self._get(rt, namespace, name)["metadata"][
             "resourceVersion"
         ]
-        return self.update(rt, current, subresource=subresource)
+        return self._update(rt, current, subresource=subresource)  # a copy already: owned
 
     def delete(
         self,
