@@ -184,6 +184,33 @@ async def test_a_launch_that_never_ends_is_retried_then_failed_and_recovers(
         assert len(claims.created) == 3
 
 
+async def test_a_node_that_never_registers_is_retried_then_failed(tmp_path: Path) -> None:
+    """The instance launches but its node never joins: Karpenter's registration timeout
+    (15 min; 1.5 s here) deletes each NodeClaim (launched, not registered). After two
+    attempts the pod is Failed, two NodeClaims in all, none left, no trigger left."""
+    timings = dataclasses.replace(FAST, registration_timeout_seconds=1.5)
+    async with make_env(tmp_path, timings) as env:
+        karpenter = env.cluster.karpenter
+        assert karpenter is not None
+        karpenter.lifecycle.registration_hangs = True
+        async with running(env, **RETRIES) as (_, claims, triggers):
+            await apply(env.api, kai_pod("noreg", {"gpu-fraction": "0.5"}, node_selector=L4))
+            status = await eventually(told(env, "noreg", "Failed"), 20)
+            assert "deleted before it was Ready" in status.message
+            await eventually(lambda: no_triggers(env), 5)
+            await asyncio.sleep(1.0)  # a Failed pod buys nothing more
+            assert live_claims(env) == []
+        assert len(claims.created) == 2
+        assert all(
+            any(
+                c["type"] == "Launched" and c["status"] == "True"
+                for c in claim["status"].get("conditions") or ()
+            )
+            for claim in claims.created.values()
+        )  # each launched, then timed out waiting for its node
+        assert triggers.adds == 2
+
+
 async def test_a_nodeclaim_that_never_initializes_is_deleted_retried_then_failed(
     tmp_path: Path,
 ) -> None:
