@@ -31,6 +31,7 @@ from bench.controller_rss import EXE, _until_ready, mark_unschedulable, nodepool
 from controller.model import parse_nodepool, parse_pending_pod
 from controller.plan import PlanConfig, Snapshot, plan
 from controller.triggers import TriggerSettings
+from sim.karpenter import is_provisionable
 from sim.server import ApiServer
 from sim.store import NAMESPACES, NODEPOOLS, PODS, Store
 
@@ -49,33 +50,12 @@ def needed_triggers(pods: list[dict[str, Any]], pools: list[dict[str, Any]]) -> 
     return len(plan(snapshot, config).creates)
 
 
-def _provisionable(obj: dict[str, Any]) -> bool:
-    """``PodScheduled=False, reason=Unschedulable`` (Karpenter ``IsProvisionable``,
-    pkg/utils/pod/scheduling.go)."""
-    conditions = (obj.get("status") or {}).get("conditions") or ()
-    return any(
-        c.get("type") == "PodScheduled"
-        and c.get("status") == "False"
-        and c.get("reason") == "Unschedulable"
-        for c in conditions
-    )
-
-
-def triggers_in(store: Store) -> tuple[int, int]:
-    """Pods in the trigger namespace, and those of them Karpenter can provision for
-    (`_provisionable`). A scan without copies: the sim serves meanwhile."""
-    created = provisionable = 0
-    for o in store.iter_objects(PODS):
-        if o["metadata"]["namespace"] == TRIGGER_NAMESPACE:
-            created += 1
-            provisionable += _provisionable(o)
-    return created, provisionable
-
-
 class TriggerCount:
-    """`triggers_in` kept up to date from the store's write history (`Store.changes_since`)
-    instead of a scan of every pod per poll: polling 15,000 pods ten times a second took
-    a sixth of the CPU of the process that also serves the controller's writes."""
+    """Pods in the trigger namespace, and those of them Karpenter can provision for
+    (`sim.karpenter.is_provisionable`), kept up to date from the store's write history
+    (`Store.changes_since`) instead of a scan of every pod per poll: polling 15,000 pods
+    ten times a second took a sixth of the CPU of the process that also serves the
+    controller's writes."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -88,14 +68,14 @@ class TriggerCount:
         self.rescans += 1
         self._rv = self._store.resource_version
         self._provisionable = {
-            o["metadata"]["name"]: _provisionable(o)
+            o["metadata"]["name"]: is_provisionable(o)
             for o in self._store.iter_objects(PODS)
             if o["metadata"]["namespace"] == TRIGGER_NAMESPACE
         }
 
     def read(self) -> tuple[int, int]:
-        """(created, provisionable) now; a full `triggers_in` scan if the history no
-        longer reaches back to the last read."""
+        """(created, provisionable) now; a full scan if the history no longer reaches
+        back to the last read."""
         rv = self._store.resource_version
         changes = self._store.changes_since(PODS, self._rv)
         self._rv = rv
@@ -109,7 +89,7 @@ class TriggerCount:
                 if change.type == "DELETED":
                     self._provisionable.pop(meta["name"], None)
                 else:
-                    self._provisionable[meta["name"]] = _provisionable(change.obj)
+                    self._provisionable[meta["name"]] = is_provisionable(change.obj)
         return len(self._provisionable), sum(self._provisionable.values())
 
 
@@ -176,7 +156,7 @@ async def measure(n: int, port: int, progress: bool = False) -> dict[str, float]
                 else:
                     done = float("nan")
                 await asyncio.sleep(2)  # anything beyond the need shows up here
-                created, provisionable = triggers_in(store)
+                created, provisionable = count.read()
             finally:
                 proc.send_signal(signal.SIGTERM)
                 await asyncio.wait_for(proc.wait(), 120)

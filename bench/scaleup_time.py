@@ -44,6 +44,7 @@ from gpu_intent.demo import apply
 from sim import store as sim_store
 from sim.catalog import by_name
 from sim.cluster import SimCluster
+from sim.karpenter import is_provisionable
 from sim.nodeclaims import EKS_TIMINGS, KarpenterTimings
 
 BURST_PODS: Final = 500
@@ -124,9 +125,9 @@ class BindTimer:
 
 class ProvisionableTimer:
     """Loop time at which each pod of a namespace was first seen provisionable
-    (``PodScheduled=False, reason=Unschedulable``: Karpenter ``IsProvisionable``,
-    pkg/utils/pod/scheduling.go), from a store watch: for the pods, when their scheduler
-    gave up on them; for the triggers, when Karpenter can act on them."""
+    (`sim.karpenter.is_provisionable`, Karpenter's ``IsProvisionable``), from a store
+    watch: for the pods, when their scheduler gave up on them; for the triggers, when
+    Karpenter can act on them."""
 
     def __init__(self, cluster: SimCluster, namespace: str) -> None:
         self._watcher = cluster.store.watch(sim_store.PODS, namespace)
@@ -137,12 +138,7 @@ class ProvisionableTimer:
         loop = asyncio.get_running_loop()
         async for event in self._watcher:
             name = event.obj["metadata"]["name"]
-            if name not in self.at and any(
-                c.get("type") == "PodScheduled"
-                and c.get("status") == "False"
-                and c.get("reason") == "Unschedulable"
-                for c in (event.obj.get("status") or {}).get("conditions") or ()
-            ):
+            if name not in self.at and is_provisionable(event.obj):
                 self.at[name] = loop.time()
 
     async def close(self) -> None:

@@ -48,7 +48,6 @@ from controller.model import (
     Refusal,
     RetryState,
     ScheduledPod,
-    Toleration,
     TriggerInfo,
     parse_trigger,
 )
@@ -56,9 +55,11 @@ from controller.plan import (
     LabelNode,
     Plan,
     PlanConfig,
+    PoolKey,
     Snapshot,
     partition,
     plan,
+    pool_key,
     time_sensitive,
 )
 from controller.state import (
@@ -134,9 +135,7 @@ class IncrementalPlanner:
         self._pod_rv: dict[Key, str] = {}
         self._trigger_part: dict[Key, Part] = {}
         #: A pod's partition by what `resolve_pool` reads of it (cleared with the pools).
-        self._part_of: dict[
-            tuple[str | None, str | None, int | None, tuple[Toleration, ...]], Part
-        ] = {}
+        self._part_of: dict[PoolKey, Part] = {}
         self._phases: Counter[str] = Counter()
         self._live = 0  # triggers not being deleted
         self._seen: tuple[int, ...] | None = None  # shared input versions last read
@@ -389,10 +388,8 @@ class IncrementalPlanner:
         if isinstance(pod, InvalidPod):
             name = partition(pod, self._pools, self._config)
         else:
-            # `resolve_pool` reads these of a pod; a wrong partition would only cost a
-            # whole plan (see `run`).
-            intent = pod.intent
-            where = (intent.pool, intent.model, intent.gpu_memory_mib, pod.tolerations)
+            # a wrong partition would only cost a whole plan (see `run`)
+            where = pool_key(pod)
             name = self._part_of.get(where) or self._part_of.setdefault(
                 where, partition(pod, self._pools, self._config)
             )

@@ -333,6 +333,18 @@ def is_native(pod: PendingPod) -> bool:
     )
 
 
+#: What `resolve_pool` reads of a pod (`pool_key`): its intent's pool, model and GPU
+#: memory, and its tolerations.
+PoolKey = tuple[str | None, str | None, int | None, tuple[Toleration, ...]]
+
+
+def pool_key(pod: PendingPod) -> PoolKey:
+    """Everything `resolve_pool` reads of ``pod``: pods with equal keys resolve to the same
+    pool (the planner and `controller.incremental` cache the resolution by it). Pure."""
+    intent = pod.intent
+    return (intent.pool, intent.model, intent.gpu_memory_mib, pod.tolerations)
+
+
 def resolve_pool(
     pod: PendingPod, pools: Mapping[str, NodePoolInfo], config: PlanConfig
 ) -> tuple[NodePoolInfo | None, str]:
@@ -468,8 +480,8 @@ def pack(pods: Iterable[PendingPod]) -> list[_Bin]:
     memory shares a card by that memory's share of it when its model's memory is known
     (three HAMi ``gpumem: 6000`` pods on one 22,888 MiB A10G); when it is not, it takes
     whole GPUs and shares none (KAI counts a ``gpu-memory`` pod as 0.1 GPU, and ten such
-    pods on one 24 GiB card would not fit), as a native whole-GPU pod would. Best fit and first fit
-    decreasing share the 11/9 OPT + 6/9 bound (Dosa 2007); a sorted index of spare
+    pods on one 24 GiB card would not fit), as a native whole-GPU pod would. Best fit
+    and first fit decreasing share the 11/9 OPT + 6/9 bound (Dosa 2007); a sorted index of spare
     shares makes this O(n log n) instead of first fit's O(n x bins).
     """
     bins: list[_Bin] = []
@@ -597,11 +609,7 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
             statuses.append(change)
 
     # Pods of one workload share their pool choice and constraints: decide each once.
-    pools_for: dict[
-        tuple[str | None, str | None, int | None, tuple[Toleration, ...]],
-        tuple[NodePoolInfo | None, str],
-    ]
-    pools_for = {}
+    pools_for: dict[PoolKey, tuple[NodePoolInfo | None, str]] = {}
     unmet_for: dict[tuple[str, object, object], str | None] = {}
     held, free = held_covers(
         (p for p in snapshot.pods if isinstance(p, PendingPod) and not is_native(p)),
@@ -632,7 +640,7 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
             continue
         if pod.ref in held:
             continue
-        where = (pod.intent.pool, pod.intent.model, pod.intent.gpu_memory_mib, pod.tolerations)
+        where = pool_key(pod)
         if (resolved := pools_for.get(where)) is None:
             resolved = pools_for[where] = resolve_pool(pod, snapshot.nodepools, config)
         pool, why = resolved

@@ -311,6 +311,10 @@ def label_selector_matcher(
 # -- field selectors ----------------------------------------------------------------
 
 _BOOL_FIELDS = frozenset({"spec.unschedulable", "spec.hostNetwork"})
+#: Pods: ``PodToSelectableFields`` (kubernetes pkg/registry/core/pod/strategy.go), whose
+#: ``generic.AddObjectMetaFieldsSet(..., true)`` adds ``metadata.name`` and
+#: ``metadata.namespace``; the controller's pending-pod watch selects
+#: ``spec.nodeName=,metadata.namespace!=<trigger namespace>``.
 _TYPE_FIELDS: dict[ResourceType, tuple[str, ...]] = {
     PODS: (
         "metadata.name",

@@ -84,6 +84,19 @@ def live_claims(env: Env) -> list[dict[str, Any]]:
     return env.cluster.store.list(sim_store.NODECLAIMS)[0]
 
 
+async def fails_for_good(env: Env, name: str) -> ScaleUpStatus:
+    """Create KAI half-GPU L4 pod ``name`` and wait for it to be told ``Failed`` because
+    its NodeClaims were deleted before they were Ready; then no trigger is left and,
+    a second later (a Failed pod buys nothing more), no NodeClaim. Its status."""
+    await apply(env.api, kai_pod(name, {"gpu-fraction": "0.5"}, node_selector=L4))
+    status: ScaleUpStatus = await eventually(told(env, name, "Failed"), 20)
+    assert "deleted before it was Ready" in status.message
+    await eventually(lambda: no_triggers(env), 5)
+    await asyncio.sleep(1.0)
+    assert live_claims(env) == []
+    return status
+
+
 async def test_insufficient_capacity_then_a_retry_lands_in_another_zone(tmp_path: Path) -> None:
     """Every L4 offering is out: the NodeClaim is deleted (InsufficientCapacityError), the
     trigger has failed, the pod waits its backoff; meanwhile one zone gets capacity back,
@@ -140,12 +153,7 @@ async def test_insufficient_capacity_before_the_link_is_written_still_counts_as_
         assert karpenter is not None
         karpenter.no_capacity.update((t, z) for t in L4_TYPES for z in ZONES)
         async with running(env, **RETRIES) as (_, claims, triggers):
-            await apply(env.api, kai_pod("ice", {"gpu-fraction": "0.5"}, node_selector=L4))
-            status = await eventually(told(env, "ice", "Failed"), 20)
-            assert "deleted before it was Ready" in status.message
-            await eventually(lambda: no_triggers(env), 5)
-            await asyncio.sleep(1.0)  # a Failed pod buys nothing more
-            assert live_claims(env) == []
+            await fails_for_good(env, "ice")
         assert len(claims.created) == 2
         assert triggers.adds == 2
 
@@ -162,13 +170,9 @@ async def test_a_launch_that_never_ends_is_retried_then_failed_and_recovers(
         assert karpenter is not None
         karpenter.lifecycle.launch_hangs = True
         async with running(env, **RETRIES) as (_, claims, triggers):
-            await apply(env.api, kai_pod("hang", {"gpu-fraction": "0.5"}, node_selector=L4))
-            status = await eventually(told(env, "hang", "Failed"), 20)
-            assert "deleted before it was Ready" in status.message
+            status = await fails_for_good(env, "hang")
             assert "kubectl annotate pod -n ml hang gpu-intent.io/retry-" in status.message
-            await eventually(lambda: no_triggers(env), 5)
-            await asyncio.sleep(1.0)  # a Failed pod buys nothing more
-            assert len(claims.created) == 2 and live_claims(env) == []
+            assert len(claims.created) == 2
             assert triggers.adds == 2
             reasons = [e["reason"] for e in await env.events("ml", "hang")]
             assert "ScaleUpRetry" in reasons and "ScaleUpFailed" in reasons
@@ -194,12 +198,7 @@ async def test_a_node_that_never_registers_is_retried_then_failed(tmp_path: Path
         assert karpenter is not None
         karpenter.lifecycle.registration_hangs = True
         async with running(env, **RETRIES) as (_, claims, triggers):
-            await apply(env.api, kai_pod("noreg", {"gpu-fraction": "0.5"}, node_selector=L4))
-            status = await eventually(told(env, "noreg", "Failed"), 20)
-            assert "deleted before it was Ready" in status.message
-            await eventually(lambda: no_triggers(env), 5)
-            await asyncio.sleep(1.0)  # a Failed pod buys nothing more
-            assert live_claims(env) == []
+            await fails_for_good(env, "noreg")
         assert len(claims.created) == 2
         assert all(
             any(
