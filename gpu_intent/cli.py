@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import gc
 import logging
 import math
 import os
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpu_intent import __version__
+from gpu_intent.runtime import tune_gc
 
 if TYPE_CHECKING:
     from controller.plan import PlanConfig
@@ -848,6 +848,7 @@ async def _run_controller(args: argparse.Namespace) -> None:
             retry_seconds=args.leader_election_retry_period,
         )
     kube = Kube(await _connect(args.kubeconfig, args.context))
+    tune_gc(freeze=True)  # what is loaded now lives as long as the process
     try:
         elector = LeaderElector(kube, elector_config) if elector_config else None
         if elector is None:
@@ -897,8 +898,7 @@ async def _run_webhook(args: argparse.Namespace) -> None:
     # reviews and show up as millisecond pauses in the latency tail. A review allocates a
     # few hundred short-lived objects and frees them by reference counting, so the young
     # generation is collected every WEBHOOK_GC_THRESHOLD allocations, not every 700.
-    gc.freeze()
-    gc.set_threshold(WEBHOOK_GC_THRESHOLD, *gc.get_threshold()[1:])
+    tune_gc(WEBHOOK_GC_THRESHOLD, freeze=True)
     await serve(host, port, args.tls_cert_file, args.tls_key_file, options=options, stop=stop)
 
 
@@ -909,6 +909,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     configure(args.log_level, args.log_format)
+    tune_gc()
     try:
         return _run(args)
     except UsageError as e:
