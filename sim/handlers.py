@@ -257,7 +257,7 @@ async def create(request: web.Request, ctx: ApiContext, t: Target) -> web.Respon
         meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta.get("name", "")
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
         obj["status"] = {"phase": "Active"}
-    created = store.create(rt, obj, t.namespace, dry_run=dry_run)
+    created = store.create(rt, obj, t.namespace, dry_run=dry_run, owned=True)
     return respond(created, status=201, warnings=warnings)
 
 
@@ -281,7 +281,7 @@ async def update(request: web.Request, ctx: ApiContext, t: Target) -> web.Respon
     dry_run = _dry_run(request)
     assert t.name is not None
     try:
-        old = store.get(rt, t.namespace, t.name)
+        old = store.peek(rt, t.namespace, t.name)
     except NotFound:
         if rt in CREATE_ON_UPDATE and t.subresource is None:
             return await create(request, ctx, Target(rt, t.namespace, None, None, False))
@@ -295,7 +295,9 @@ async def update(request: web.Request, ctx: ApiContext, t: Target) -> web.Respon
         )
     if t.subresource is None:
         _validate_builtin(rt, body, old)
-    return respond(store.update(rt, body, subresource=t.subresource, dry_run=dry_run))
+    return respond(
+        store.update(rt, body, subresource=t.subresource, dry_run=dry_run, owned=True)
+    )
 
 
 async def patch(request: web.Request, ctx: ApiContext, t: Target) -> web.Response:
@@ -304,7 +306,7 @@ async def patch(request: web.Request, ctx: ApiContext, t: Target) -> web.Respons
     assert t.name is not None
     dry_run = _dry_run(request)
     patch_media_type(request.headers.get("Content-Type", ""), custom=rt in CUSTOM_TYPES)
-    current = store.get(rt, t.namespace, t.name)
+    current = store.peek(rt, t.namespace, t.name)  # read-only: apply_patch copies it
     patched = apply_patch(
         request.headers.get("Content-Type", ""),
         current,
@@ -321,7 +323,9 @@ async def patch(request: web.Request, ctx: ApiContext, t: Target) -> web.Respons
     patched["kind"], patched["apiVersion"] = rt.kind, rt.api_version
     if t.subresource is None:
         _validate_builtin(rt, patched, current)
-    return respond(store.update(rt, patched, subresource=t.subresource, dry_run=dry_run))
+    return respond(
+        store.update(rt, patched, subresource=t.subresource, dry_run=dry_run, owned=True)
+    )
 
 
 async def delete(request: web.Request, ctx: ApiContext, t: Target) -> web.Response:

@@ -150,29 +150,40 @@ def _json_patch(current: Obj, ops: Any) -> Obj:
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch; returns a new value, inputs untouched."""
+    """RFC 7386 JSON merge patch; returns a new value, inputs untouched (``target`` is
+    copied once and the patch merged into the copy)."""
     if not isinstance(patch, Mapping):
         return json_copy(patch)
-    result = json_copy(dict(target)) if isinstance(target, Mapping) else {}
+    return _merge_into(json_copy(dict(target)) if isinstance(target, Mapping) else None, patch)
+
+
+def _merge_into(owned: Any, patch: Any) -> Any:
+    """`merge_patch` on ``owned``, which nobody else holds: merged in place."""
+    if not isinstance(patch, Mapping):
+        return json_copy(patch)
+    result = owned if isinstance(owned, dict) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
         else:
-            result[key] = merge_patch(result.get(key), value)
+            result[key] = _merge_into(result.get(key), value)
     return result
 
 
 def strategic_merge_patch(target: Obj, patch: Mapping[str, Any]) -> Obj:
-    """Strategic merge patch for built-in types (see the module doc); returns a new object."""
-    result = _smp_map(target, patch, ())
+    """Strategic merge patch for built-in types (see the module doc); returns a new object.
+    ``target`` is copied once (`json_copy`) and the patch merged into the copy in place."""
+    result = _smp_map(json_copy(dict(target)), patch, ())
     assert isinstance(result, dict)
     return result
 
 
-def _smp_map(target: Any, patch: Mapping[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+def _smp_map(owned: Any, patch: Mapping[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+    """Merge ``patch`` into ``owned``, a dict nobody else holds (a part of the copy
+    `strategic_merge_patch` made), in place; anything but a dict is replaced."""
     if patch.get("$patch") == "replace":
         return {k: json_copy(v) for k, v in patch.items() if k != "$patch"}
-    result = json_copy(dict(target)) if isinstance(target, Mapping) else {}
+    result: dict[str, Any] = owned if isinstance(owned, dict) else {}
     for key, value in patch.items():
         if key.startswith("$deleteFromPrimitiveList/"):
             field = key.split("/", 1)[1]
@@ -195,8 +206,10 @@ def _smp_map(target: Any, patch: Mapping[str, Any], path: tuple[str, ...]) -> di
     return result
 
 
-def _smp_list(target: list[Any], patch: list[Any], path: tuple[str, ...], key: str) -> list[Any]:
-    result = json_copy(target)
+def _smp_list(owned: list[Any], patch: list[Any], path: tuple[str, ...], key: str) -> list[Any]:
+    """Merge ``patch`` into the list ``owned`` (nobody else holds it) by merge key ``key``,
+    in place."""
+    result = owned
     for item in patch:
         if not isinstance(item, Mapping) or key not in item:
             if isinstance(item, Mapping) and item.get("$patch") == "replace":

@@ -455,6 +455,11 @@ class Store:
         """A deep copy of one object. Raises `NotFound`."""
         return json_copy(self._get(rt, namespace, name))
 
+    def peek(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
+        """The stored object itself, read-only (no copy), for a reader that only looks at
+        it or copies what it keeps (the HTTP handlers' patch base). Raises `NotFound`."""
+        return self._get(rt, namespace, name)
+
     def list(
         self,
         rt: ResourceType,
@@ -507,18 +512,23 @@ class Store:
         namespace: str | None = None,
         *,
         dry_run: bool = False,
+        owned: bool = False,
     ) -> Obj:
         """Store a new object and return a copy of it as stored.
 
         ``dry_run=True`` (``?dryRun=All``) does every check and returns the object as it
         would be stored (without ``resourceVersion``), but stores nothing.
 
+        ``owned=True``: ``obj`` is a dict handed over (the store keeps it; the caller never
+        touches it again) and the object returned is the stored one, read-only, for a
+        caller that only encodes it (the HTTP handlers): no copy either way.
+
         ``namespace`` (for namespaced types) overrides a missing ``metadata.namespace``
         and must agree with a present one. Raises `Invalid` (no name or generateName, or a
         validator's complaint), `BadRequest` (namespace mismatch), `NotFound` (namespace
         does not exist), `AlreadyExists`.
         """
-        new = json_copy(dict(obj))
+        new = obj if owned and isinstance(obj, dict) else json_copy(dict(obj))
         meta = new.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise BadRequest("metadata must be an object")
@@ -559,8 +569,9 @@ class Store:
             new.setdefault("status", {})
         self._validate(rt, None, new)
         if dry_run:
-            return json_copy(new)
-        return json_copy(self._commit(rt, "ADDED", new, None))
+            return new if owned else json_copy(new)
+        stored = self._commit(rt, "ADDED", new, None)
+        return stored if owned else json_copy(stored)
 
     def update(
         self,
@@ -569,8 +580,13 @@ class Store:
         *,
         subresource: str | None = None,
         dry_run: bool = False,
+        owned: bool = False,
     ) -> Obj:
-        """Replace an object (HTTP PUT): see `_update`. ``obj`` is copied, never kept."""
+        """Replace an object (HTTP PUT): see `_update`. ``obj`` is copied, never kept;
+        ``owned=True`` as in `create`: ``obj`` (a dict) is handed over and the stored
+        object returned read-only."""
+        if owned and isinstance(obj, dict):
+            return self._update(rt, obj, subresource=subresource, dry_run=dry_run, copy=False)
         return self._update(rt, json_copy(dict(obj)), subresource=subresource, dry_run=dry_run)
 
     def _update(
@@ -580,9 +596,11 @@ class Store:
         *,
         subresource: str | None = None,
         dry_run: bool = False,
+        copy: bool = True,
     ) -> Obj:
         """Replace an object (HTTP PUT) with ``new``, which is taken over (the caller keeps
-        no reference to it). ``subresource="status"`` replaces only status;
+        no reference to it). Returns a copy of the stored object (``copy=False``: the
+        stored object itself, read-only). ``subresource="status"`` replaces only status;
         ``"binding"`` (pods only) replaces spec and status together, as the pod registry's
         ``BindingREST`` does in one update.
 
@@ -633,10 +651,12 @@ class Store:
             new_meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
         self._validate(rt, old, new)
         if dry_run:
-            return json_copy(new)
-        if new_meta.get("deletionTimestamp") and not new_meta.get("finalizers"):
-            return json_copy(self._remove(rt, new))
-        return json_copy(self._commit(rt, "MODIFIED", new, old))
+            result = new
+        elif new_meta.get("deletionTimestamp") and not new_meta.get("finalizers"):
+            result = self._remove(rt, new)
+        else:
+            result = self._commit(rt, "MODIFIED", new, old)
+        return json_copy(result) if copy else result
 
     def mutate(
         self,

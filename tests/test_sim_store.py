@@ -162,3 +162,42 @@ async def test_wait_changed_for_some_kinds_sleeps_through_writes_to_others(store
     store.create(NAMESPACES, {"metadata": {"name": "third"}})
     assert await store.wait_changed(0.01, since=seen, kinds=(PODS,)) is False
     assert await store.wait_changed(0.01, since=seen) is True
+
+
+def test_copies_are_deep_and_values_json_cannot_carry_are_kept() -> None:
+    from decimal import Decimal
+
+    from sim.store import json_copy
+
+    value = {"a": [{"b": "c"}], "n": 1.5, "t": True, "z": None}
+    copied = json_copy(value)
+    assert copied == value
+    assert copied["a"] is not value["a"] and copied["a"][0] is not value["a"][0]
+    odd = {"q": Decimal("0.5"), "big": 2**70, 3: "non-str key"}  # orjson refuses these
+    assert json_copy(odd) == odd and json_copy(odd) is not odd
+
+
+def test_owned_writes_keep_the_object_handed_over_and_older_versions_intact(
+    store: Store,
+) -> None:
+    from sim.patch import apply_patch
+
+    body = pod()
+    created = store.create(PODS, body, "ns", owned=True)
+    assert created is body  # handed over, not copied
+    assert store.get(PODS, "ns", "p") == created
+    before = store.get(PODS, "ns", "p")
+    patched = apply_patch(
+        "application/strategic-merge-patch+json",
+        store.peek(PODS, "ns", "p"),
+        b'{"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "y"}]}}',
+        custom=False,
+    )
+    stored = store.update(PODS, patched, owned=True)
+    assert stored["spec"]["containers"] == [{"name": "c", "image": "y"}]
+    assert stored["metadata"]["labels"] == {"a": "b"}
+    # the version before the patch, as a watch from its resourceVersion replays it
+    assert created == before and "labels" not in created["metadata"]
+    assert created["spec"]["containers"][0]["image"] == "x"
+    history = store.changes_since(PODS, int(before["metadata"]["resourceVersion"]))
+    assert history is not None and history[-1].old == before
