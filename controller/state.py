@@ -259,11 +259,23 @@ class ClusterState:
             del parsed[key]
 
     def apply(self, kind: str, event_type: str, obj: Obj) -> None:
-        """One watch event (ADDED, MODIFIED, DELETED)."""
+        """One watch event (ADDED, MODIFIED, DELETED). An ADDED or MODIFIED of the
+        version the cache holds already (the event of our own write, whose answer came
+        first: `expect`) is not slimmed again; the version expected is taken as is."""
         key = key_of(obj)
-        obj = self._kept(kind, obj)
-        self._touch(kind, key)
         expected = self._expected[kind].get(key)
+        if event_type != "DELETED":
+            rv = _rv(obj)
+            held = self._objects[kind].get(key)
+            if rv and held is not None and _rv(held) == rv:
+                return  # this very version is cached: nothing changed
+            if rv and expected is not None and expected.obj is not None and expected.rv == rv:
+                obj = expected.obj  # slimmed when the write's answer came
+            else:
+                obj = self._kept(kind, obj)
+        else:
+            obj = self._kept(kind, obj)
+        self._touch(kind, key)
         if event_type == "DELETED":
             if kind == NODECLAIMS:
                 self._note_lost(self._objects[kind].get(key) or obj)

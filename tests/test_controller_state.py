@@ -47,6 +47,34 @@ def test_written_object_masks_the_cache_until_the_watch_shows_that_resource_vers
     assert state.pending_expectations() == 0
 
 
+def test_the_event_of_a_version_already_held_changes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The watch echoes each of our writes after its answer came (`expect`): that
+    version is not slimmed again, and an event of the version cached is no change."""
+    state = ClusterState(Clock())
+    state.replace(TRIGGERS, [trigger("t1", "3")])
+    slimmed: list[str] = []
+    real = model.slim_trigger
+    monkeypatch.setattr(
+        state_module,
+        "slim_trigger",
+        lambda obj: slimmed.append(obj["metadata"]["resourceVersion"]) or real(obj),
+    )
+    state.expect(TRIGGERS, trigger("t1", "8"))
+    assert slimmed == ["8"]
+    state.changes(TRIGGERS)
+    state.apply(TRIGGERS, "MODIFIED", trigger("t1", "8"))  # the echo of our write
+    assert slimmed == ["8"]  # taken from the expectation
+    assert state.objects(TRIGGERS)[0]["metadata"]["resourceVersion"] == "8"
+    version = state.version(TRIGGERS)
+    state.changes(TRIGGERS)
+    state.apply(TRIGGERS, "MODIFIED", trigger("t1", "8"))  # the same version again
+    assert state.version(TRIGGERS) == version and state.changes(TRIGGERS) == set()
+    state.apply(TRIGGERS, "MODIFIED", trigger("t1", "9"))  # someone else's write
+    assert slimmed == ["8", "9"] and state.changes(TRIGGERS) == {("gpu-intent-system", "t1")}
+
+
 def test_a_stale_event_does_not_undo_our_write() -> None:
     clock = Clock()
     state = ClusterState(clock)
