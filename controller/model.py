@@ -7,6 +7,7 @@ the planner can trust; a pod whose gpu-intent annotations do not parse becomes a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -26,6 +27,7 @@ from gpu_intent.intent import (
     ANNOTATION_POOL,
     ANNOTATION_SCALE_UP,
     DOMAIN,
+    INTENT_ANNOTATIONS,
     Intent,
     IntentError,
     is_label_value,
@@ -772,7 +774,7 @@ def parse_pending_pod(
     ref = pod_ref(obj)
     status = ScaleUpStatus.from_annotation(annotations.get(ANNOTATION_SCALE_UP))
     try:
-        intent = Intent.from_annotations(annotations)
+        intent = _intent(tuple(annotations.get(k) for k in INTENT_ANNOTATIONS))
     except IntentError as e:
         return InvalidPod(ref, str(e), status)
     if intent is None:
@@ -806,10 +808,27 @@ def parse_pending_pod(
     )
 
 
+@functools.lru_cache(maxsize=1024)
+def _intent(values: tuple[str | None, ...]) -> Intent | None:
+    """`Intent.from_annotations` of the intent annotations' values (in
+    `INTENT_ANNOTATIONS` order, None for absent ones), remembered: the pods of one
+    workload carry the same intent, so a burst of 10,000 parses a handful. Raises
+    `IntentError` (never remembered)."""
+    return Intent.from_annotations(
+        {k: v for k, v in zip(INTENT_ANNOTATIONS, values, strict=True) if v is not None}
+    )
+
+
 def _quantity(value: object, scale: int) -> int:
     """A quantity times ``scale``, rounded up; 0 when absent or malformed (sizing only)."""
     if not isinstance(value, str | int | float):
         return 0
+    return _scaled_quantity(value, scale)
+
+
+@functools.lru_cache(maxsize=1024)
+def _scaled_quantity(value: str | int | float, scale: int) -> int:
+    """`_quantity` of a str or number, remembered (pods repeat a few request values)."""
     try:
         return math.ceil(parse_quantity(value, "resources") * scale)
     except IntentError:
