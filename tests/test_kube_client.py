@@ -61,6 +61,51 @@ async def test_requests_go_through_the_environments_proxy_read_once(
             assert failed.value.status == 0  # no answer: the proxy is not there
             items, _ = await direct.list(NAMESPACES)
             assert [n["metadata"]["name"] for n in items] == ["default"]
+            # writes (`Kube._send`, orjson bodies on the client's session) take the same way
+            body = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+            with pytest.raises(KubeError) as failed:
+                await proxied.create_pod("default", body)
+            assert failed.value.status == 0
+            created = await direct.create_pod("default", body)
+            assert created["metadata"]["uid"] and created["spec"]["containers"][0]["image"] == "x"
         finally:
             await proxied.close()
             await direct.close()
+
+
+async def test_writes_carry_the_clients_credentials_and_fail_as_kube_errors(
+    tmp_path: Path, no_proxy_env: pytest.MonkeyPatch
+) -> None:
+    """A write is authenticated as every call of the client is (the kubeconfig's bearer
+    token), its answer decoded, and a refusal is a `KubeError` with the API's status and
+    reason, as for the generated API methods."""
+    store = Store()
+    store.create(SIM_NAMESPACES, {"metadata": {"name": "default"}})
+    async with ApiServer(store, token="t") as server:
+        cfg = await load_configuration(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+        kube = Kube(client.ApiClient(configuration=cfg))
+        try:
+            body = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+            await kube.create_pod("default", body)
+            with pytest.raises(KubeError) as exists:
+                await kube.create_pod("default", body)
+            assert (exists.value.status, exists.value.reason) == (409, "AlreadyExists")
+            patched = await kube.annotate_pod("default", "p", {"a": "b"})
+            assert patched["metadata"]["annotations"] == {"a": "b"}
+            status = {"status": {"conditions": [{"type": "PodScheduled", "status": "False"}]}}
+            marked = await kube.patch_pod_status("default", "p", status)
+            assert marked["status"]["conditions"][0]["type"] == "PodScheduled"
+            with pytest.raises(KubeError) as missing:
+                await kube.annotate_pod("default", "nobody", {"a": "b"})
+            assert missing.value.not_found
+        finally:
+            await kube.close()
+        cfg.api_key = {"BearerToken": "Bearer wrong"}
+        cfg.api_key_prefix = {}
+        intruder = Kube(client.ApiClient(configuration=cfg))
+        try:
+            with pytest.raises(KubeError) as refused:
+                await intruder.create_event("default", {"metadata": {"name": "e"}})
+            assert refused.value.status == 401
+        finally:
+            await intruder.close()
