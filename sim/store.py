@@ -427,14 +427,19 @@ class Store:
         step: Callable[[], float | None],
         what: str,
         kinds: Collection[ResourceType] | None = None,
+        *,
+        settle_seconds: float = 0.0,
     ) -> None:
         """Run ``step`` now and again after every write, until cancelled: the loop of
         the sim's in-process controllers.
 
         ``step`` returns the seconds until it has timed work due (None: only a write
         matters). Writes made during a step (its own included) trigger the next step;
-        with ``kinds``, only writes to those resource types do. A step that raises is logged and retried after 1 s: a controller survives its
-        own bugs, as real ones do.
+        with ``kinds``, only writes to those resource types do. A step that raises is
+        logged and retried after 1 s: a controller survives its own bugs, as real ones do.
+        ``settle_seconds``: after being woken, wait that long before the next step, so a
+        burst of writes (a scheduler binding hundreds of pods one by one) makes one pass
+        of a controller whose pass walks every object, not one pass per write.
         """
         while True:
             seen = self._rv
@@ -448,6 +453,8 @@ class Store:
             if took > SLOW_PASS_SECONDS:  # the API server answered nothing meanwhile
                 log.warning("%s pass took %.1fs", what, took)
             await self.wait_changed(wait, since=seen, kinds=kinds)
+            if settle_seconds > 0:
+                await asyncio.sleep(settle_seconds)
 
     # -- reads ---------------------------------------------------------------------
 
@@ -474,11 +481,15 @@ class Store:
         ``copy_objects=False`` returns the stored dicts themselves, for in-process readers
         that promise not to mutate them (it saves a deep copy per object per scan).
         """
-        items = [
-            obj
-            for (ns, _), obj in sorted(self._tables[rt].objects.items())
-            if (namespace is None or ns == namespace) and (predicate is None or predicate(obj))
-        ]
+        # filtered before sorted: a list of one namespace (KAI's reservation pods, one
+        # per bind) sorts what it returns, not every pod
+        objects = self._tables[rt].objects
+        keys = sorted(
+            key
+            for key, obj in objects.items()
+            if (namespace is None or key[0] == namespace) and (predicate is None or predicate(obj))
+        )
+        items = [objects[key] for key in keys]
         if copy_objects:
             items = json_copy(items)
         return items, self._rv
