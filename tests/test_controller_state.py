@@ -283,9 +283,16 @@ def test_the_cache_keeps_slim_pods_that_parse_as_the_full_ones() -> None:
     assert parsed == model.parse_pending_pod(full, keys)
     assert isinstance(parsed, model.PendingPod)
     assert parsed.tolerations == (model.Toleration("nvidia.com/gpu", "Exists", "", ""),)
-    # The pods of a workload share one copy of their tolerations in the cache.
+    # The pods of a workload share one copy of their slim spec in the cache; a pod whose
+    # spec differs gets its own.
     again = model.slim_pod(json.loads(json.dumps(full)))
-    assert again["spec"]["tolerations"] is slim["spec"]["tolerations"]
+    assert again["spec"] is slim["spec"]
+    other = json.loads(json.dumps(full))
+    other["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "4"
+    own = model.slim_pod(other)
+    assert own["spec"] is not slim["spec"]
+    assert own["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "4"
+    assert slim["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "3"
 
 
 def test_the_cache_keeps_slim_triggers_that_parse_as_the_full_ones() -> None:
