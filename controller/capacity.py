@@ -37,6 +37,7 @@ from controller.model import (
     PodRef,
     TriggerInfo,
     gpu_need,
+    largest_need_first,
     node_label_value,
     parse_time,
 )
@@ -221,11 +222,7 @@ def place_on_free(
     pods left to plan and the (pod, NodeClaim) placements."""
     left: list[PendingPod] = []
     placed: list[tuple[PendingPod, NodeClaimInfo]] = []
-    pods = list(pods)
-    needs = {pod.ref: gpu_need(pod.intent) for pod in pods}
-    order = sorted(pods, key=lambda p: (-needs[p.ref], p.created or datetime.min, p.ref))
-    for pod in order:
-        need = needs[pod.ref]
+    for pod, need in largest_need_first(pods):
         name = next(
             (
                 n

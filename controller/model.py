@@ -271,6 +271,15 @@ def gpu_need(intent: Intent) -> Decimal:
     return share if share < 1 else Decimal(1)
 
 
+def largest_need_first(pods: Iterable[PendingPod]) -> list[tuple[PendingPod, Decimal]]:
+    """``pods`` with their `gpu_need` (GPUs), largest need first, then oldest, then by
+    ref: the order packing (`controller.plan.pack`) and free-GPU placement
+    (`controller.capacity.place_on_free`) take pods in. Pure."""
+    needs = [(pod, gpu_need(pod.intent)) for pod in pods]
+    needs.sort(key=lambda item: (-item[1], item[0].created or datetime.min, item[0].ref))
+    return needs
+
+
 @dataclass(frozen=True, slots=True)
 class PendingPod:
     """A pod with a GPU intent that failed to schedule.

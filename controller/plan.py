@@ -83,6 +83,7 @@ from controller.model import (
     Toleration,
     TriggerInfo,
     gpu_need,
+    largest_need_first,
     untolerated_taint,
 )
 from controller.triggers import LINKED_REASON, TriggerSettings, trigger_name, trigger_pod
@@ -486,11 +487,7 @@ def pack(pods: Iterable[PendingPod]) -> list[_Bin]:
     """
     bins: list[_Bin] = []
     spare: list[tuple[Decimal, int]] = []  # (spare share, bin index), sorted
-    pods = list(pods)
-    needs = {pod.ref: gpu_need(pod.intent) for pod in pods}
-    order = sorted(pods, key=lambda p: (-needs[p.ref], p.created or datetime.min, p.ref))
-    for pod in order:
-        need = needs[pod.ref]
+    for pod, need in largest_need_first(pods):
         if need >= 1:
             size = math.ceil(need)
             bins.append(_Bin(size, need, [pod]))
