@@ -29,7 +29,7 @@ fractional pods whose reservation is gone (``deleteNonReservedPods``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from sim import gpushare
@@ -40,6 +40,7 @@ __all__ = [
     "GPU_INDEX_ANNOTATION",
     "RESERVATION_NAMESPACE",
     "group_labels",
+    "group_role",
     "groups_by_device",
     "is_fractional",
     "pod_groups",
@@ -135,21 +136,39 @@ def reservation_pod(node: str, group: str, device: int, suffix: str) -> dict[str
     }
 
 
-def stale_reservations(pods: Iterable[Obj]) -> list[Obj]:
-    """Reservation pods whose GPU group has no pod left in phase Pending or Running
-    (a pod without a phase counts as Pending, as the apiserver creates pods)."""
-    pods = list(pods)
+def group_role(pod: Obj) -> tuple[bool, tuple[str, ...]]:
+    """What `stale_reservations` reads of ``pod``: whether it is a reservation pod (in
+    `RESERVATION_NAMESPACE`), and the GPU groups it keeps alive (`pod_groups` of a pod
+    outside that namespace in phase Pending or Running; a pod without a phase counts as
+    Pending, as the apiserver creates pods)."""
+    meta = pod.get("metadata") or {}
+    if meta.get("namespace") == RESERVATION_NAMESPACE:
+        return True, ()
+    if not meta.get("labels"):
+        return False, ()  # a pod without labels is in no GPU group
+    if ((pod.get("status") or {}).get("phase") or "Pending") not in _LIVE_PHASES:
+        return False, ()
+    return False, tuple(pod_groups(pod))
+
+
+def stale_reservations(
+    pods: Iterable[Obj],
+    role: Callable[[Obj], tuple[bool, tuple[str, ...]]] = group_role,
+) -> list[Obj]:
+    """Reservation pods whose GPU group has no pod left in phase Pending or Running.
+    ``role`` is `group_role` or a cache of it (the sim's KAI reads it every pass)."""
+    reservations: list[Obj] = []
     live: set[str] = set()
     for pod in pods:
-        if (pod.get("metadata") or {}).get("namespace") == RESERVATION_NAMESPACE:
-            continue
-        if ((pod.get("status") or {}).get("phase") or "Pending") in _LIVE_PHASES:
-            live.update(pod_groups(pod))
+        is_reservation, groups = role(pod)
+        if is_reservation:
+            reservations.append(pod)
+        elif groups:
+            live.update(groups)
     return [
         p
-        for p in pods
-        if (p.get("metadata") or {}).get("namespace") == RESERVATION_NAMESPACE
-        and (group := ((p.get("metadata") or {}).get("labels") or {}).get(GPU_GROUP_LABEL))
+        for p in reservations
+        if (group := ((p.get("metadata") or {}).get("labels") or {}).get(GPU_GROUP_LABEL))
         and group not in live
         and not (p.get("metadata") or {}).get("deletionTimestamp")
     ]

@@ -18,12 +18,18 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from sim.scheduling import is_bound, is_terminating
+from sim.scheduling import is_bound, is_terminal, is_terminating
 from sim.store import PODS, Change, Obj, Store
 
 __all__ = ["PodView"]
 
 _DEFAULT_SCHEDULER = "default-scheduler"
+_LIVE_PHASES = ("Pending", "Running")
+
+
+def _phase(pod: Obj) -> str:
+    """``status.phase``; a pod without one is Pending, as the apiserver creates pods."""
+    return str((pod.get("status") or {}).get("phase") or "Pending")
 
 
 class PodView:
@@ -38,7 +44,13 @@ class PodView:
       included: Karpenter's IsProvisionable does not exclude them);
     - `node_version`: node name -> a counter bumped whenever the node's set of bound pods
       (or one of them) changes, so callers can cache per-node sums;
-    - `pods`: uid -> pod, every pod.
+    - `pods`: uid -> pod, every pod;
+    - `released`: a counter bumped whenever a bound pod stops holding its node's
+      resources (deleted, or terminal: phase Succeeded or Failed), the cluster event on
+      which kube-scheduler retries unschedulable pods (``AssignedPodDelete``);
+    - `departures`: a counter bumped whenever a pod is deleted, leaves phases Pending and
+      Running, or has its labels changed: what can end its membership of a group chosen
+      by labels and phase (KAI's GPU groups, `sim.kai.stale_reservations`).
 
     Call `refresh` before reading; between refreshes the view is a consistent snapshot of
     the store at the resourceVersion `resource_version`.
@@ -54,6 +66,8 @@ class PodView:
         self.node_version: dict[str, int] = {}
         self._where: dict[str, tuple[bool, str]] = {}  # uid -> (bound?, node or scheduler)
         self._bumps = 0
+        self.released = 0
+        self.departures = 0
 
     def refresh(self) -> None:
         """Apply every pod write since the last refresh (or rebuild from a list when the
@@ -66,7 +80,9 @@ class PodView:
             return
         for change in changes:
             if change.type == "DELETED":
-                self._drop(change.obj["metadata"]["uid"])
+                self.departures += 1
+                if self._drop(change.obj["metadata"]["uid"]):
+                    self.released += 1
             else:
                 self._put(change.obj)
         self.resource_version = self._store.resource_version
@@ -79,6 +95,8 @@ class PodView:
         pods, rv = self._store.list(PODS, copy_objects=False)
         for node in self.bound:
             self._bump(node)
+        self.released += 1  # whatever was deleted meanwhile is not known
+        self.departures += 1
         self.pods.clear()
         self.bound.clear()
         self.pending.clear()
@@ -92,12 +110,13 @@ class PodView:
         self._bumps += 1
         self.node_version[node] = self._bumps
 
-    def _drop(self, uid: str) -> None:
+    def _drop(self, uid: str) -> bool:
+        """Forget ``uid``; True if it was bound to a node."""
         self.pods.pop(uid, None)
         self.unbound.pop(uid, None)
         where = self._where.pop(uid, None)
         if where is None:
-            return
+            return False
         is_on_node, key = where
         table = self.bound if is_on_node else self.pending
         bucket = table.get(key)
@@ -107,10 +126,18 @@ class PodView:
                 del table[key]
         if is_on_node:
             self._bump(key)
+        return is_on_node
 
     def _put(self, pod: Obj) -> None:
         uid = pod["metadata"]["uid"]
-        self._drop(uid)
+        before = self.pods.get(uid)
+        if self._drop(uid) and before is not None and not is_terminal(before) and is_terminal(pod):
+            self.released += 1
+        if before is not None and (
+            (before["metadata"].get("labels") != pod["metadata"].get("labels"))
+            or (_phase(before) in _LIVE_PHASES and _phase(pod) not in _LIVE_PHASES)
+        ):
+            self.departures += 1
         self.pods[uid] = pod
         spec: dict[str, Any] = pod.get("spec") or {}
         if is_bound(pod):

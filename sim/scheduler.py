@@ -128,6 +128,10 @@ DEFAULT_SCHEDULER_NAMES = (
     "kai-scheduler",
     "tensor-fusion-scheduler",
 )
+#: kube-scheduler's ``DefaultPodMaxInUnschedulablePodsDuration`` (5 min,
+#: ``pkg/scheduler/backend/queue/scheduling_queue.go``): a pod parked in
+#: unschedulablePods longer than this is tried again whatever happened, seconds.
+MAX_IN_UNSCHEDULABLE_SECONDS: Final = 300.0
 #: Longest stretch a scheduler pass runs before it yields to the event loop, seconds.
 _SLICE_SECONDS: Final = 0.002
 NO_NODES = "no nodes available to schedule pods"  # scheduler ErrNoNodesAvailable
@@ -152,6 +156,11 @@ class _PodInfo:
     priority: int
     requests: dict[str, Decimal]
     demand: gpushare.GpuDemand | None
+    #: `_signature`, computed on first use (an info lives as long as one pod version)
+    signature: str = ""
+    #: the (resource, quantity) pairs NodeResourcesFit compares, in its order, computed
+    #: on first use by `_checked_requests`
+    checks: tuple[tuple[str, Decimal], ...] | None = None
 
 
 @dataclass(slots=True)
@@ -210,12 +219,7 @@ def _fit(info: _PodInfo, node: _NodeInfo) -> _Status | None:
     allowed = node.allocatable.get("pods", Decimal(0))
     if node.requested.get("pods", Decimal(0)) + 1 > allowed:
         reasons.append("Too many pods")  # never Unresolvable in fitsRequest
-    skip = gpushare.SHARING_RESOURCES if info.demand and info.demand.layer != "whole" else ()
-    others = sorted(k for k in info.requests if k not in _FIRST_RESOURCES and k != "pods")
-    for key in (*(k for k in _FIRST_RESOURCES if k in info.requests), *others):
-        wanted = info.requests[key]
-        if wanted <= 0 or key in skip:
-            continue
+    for key, wanted in _checked_requests(info):
         capacity = node.allocatable.get(key, Decimal(0))
         if wanted > capacity - node.requested.get(key, Decimal(0)):
             reasons.append(f"Insufficient {key}")
@@ -233,6 +237,22 @@ def _fit(info: _PodInfo, node: _NodeInfo) -> _Status | None:
         if isinstance(placed, gpushare.NoFit):
             return _Status((placed.reason,), False)
     return None
+
+
+def _checked_requests(info: _PodInfo) -> tuple[tuple[str, Decimal], ...]:
+    """The requests `_fit` compares with a node's free resources, in ``fitsRequest``'s
+    order (cpu, memory, ephemeral-storage, then the others by name), without zero ones
+    and, for a sharing-layer pod, without the sharing layer's own resources (its
+    scheduler places those on devices). Cached on ``info``."""
+    if info.checks is None:
+        skip = gpushare.SHARING_RESOURCES if info.demand and info.demand.layer != "whole" else ()
+        others = sorted(k for k in info.requests if k not in _FIRST_RESOURCES and k != "pods")
+        info.checks = tuple(
+            (key, info.requests[key])
+            for key in (*(k for k in _FIRST_RESOURCES if k in info.requests), *others)
+            if info.requests[key] > 0 and key not in skip
+        )
+    return info.checks
 
 
 def _filter(info: _PodInfo, node: _NodeInfo) -> _Status | None:
@@ -277,7 +297,14 @@ def _preemption_message(
 
 
 def _signature(info: _PodInfo) -> str:
-    """Everything the filters and the preemption message read from a pod."""
+    """Everything the filters and the preemption message read from a pod; computed once
+    per pod version (cached on ``info``)."""
+    if not info.signature:
+        info.signature = _compute_signature(info)
+    return info.signature
+
+
+def _compute_signature(info: _PodInfo) -> str:
     spec = info.pod.get("spec") or {}
     return json.dumps(
         [
@@ -362,6 +389,14 @@ class SimScheduler:
         ] = {}
         self._warned: set[tuple[str, str]] = set()
         self._rng = random.Random()
+        #: kube-scheduler's unschedulablePods: uid -> (the pod's resourceVersion and the
+        #: `_cluster_token` when it was found unschedulable, monotonic seconds then)
+        self._parked: dict[str, tuple[str, tuple[int, ...], float]] = {}
+        #: uid -> (resourceVersion, `kai.group_role` of the pod at it)
+        self._roles: dict[str, tuple[str, tuple[bool, tuple[str, ...]]]] = {}
+        #: (`PodView.departures`, reservation pods created) at the last `_sync_reservations`
+        self._synced: tuple[int, int] | None = None
+        self._reservations_made = 0
 
     def loops(self) -> dict[str, Coroutine[Any, Any, None]]:
         """One `run_loop` coroutine per scheduler name, to run as separate tasks."""
@@ -400,19 +435,59 @@ class SimScheduler:
         each from its own view; returns how many pods were bound."""
         return sum(sum(self._pass(name)) for name in (self._names if names is None else names))
 
+    def _cluster_token(self) -> tuple[int, ...]:
+        """What changes when a pod found unschedulable may fit now: a write to a node,
+        a ResourceClaim or a ResourceSlice, or a bound pod deleted or finished
+        (`PodView.released`). A bind is not in it: it only takes capacity."""
+        return (
+            self._store.last_write(NODES),
+            self._store.last_write(RESOURCECLAIMS),
+            self._store.last_write(RESOURCESLICES),
+            self._view.released,
+        )
+
+    def _is_parked(self, pod: Obj, token: tuple[int, ...], now: float) -> bool:
+        """Whether ``pod`` waits in unschedulablePods: found unschedulable at its current
+        resourceVersion, nothing in `_cluster_token` changed since, and for less than
+        `MAX_IN_UNSCHEDULABLE_SECONDS`."""
+        parked = self._parked.get(pod["metadata"]["uid"])
+        return (
+            parked is not None
+            and parked[0] == pod["metadata"].get("resourceVersion", "")
+            and parked[1] == token
+            and now - parked[2] < MAX_IN_UNSCHEDULABLE_SECONDS
+        )
+
     def _pass(self, name: str) -> Iterator[bool]:
         """One pass of the scheduler ``name``: take the view, yield, then try each of its
-        pending pods in PrioritySort order, yielding whether it was bound."""
+        pending pods in PrioritySort order, yielding whether it was bound.
+
+        As kube-scheduler's scheduling queue (``pkg/scheduler/backend/queue/
+        scheduling_queue.go``), a pod found unschedulable waits in unschedulablePods
+        and is not tried again until it changes itself, or a cluster event may make
+        it fit (a node added or changed, an assigned pod deleted: the queueing hints
+        of NodeResourcesFit, NodeAffinity, TaintToleration and DynamicResources), or
+        `MAX_IN_UNSCHEDULABLE_SECONDS` pass (``podMaxInUnschedulablePodsDuration``).
+        Binding another pod only takes capacity, so it moves none of them."""
         view = self._view
         view.refresh()
+        token = self._cluster_token()
+        now = time.monotonic()
         pending: list[_PodInfo] = []
         for pod in view.pending.get(name, {}).values():
+            if self._is_parked(pod, token, now):
+                continue
             info = self._info(pod)
             if info is not None:
                 pending.append(info)
         if len(self._cache) > 2 * len(view.pods) + 1024:
             self._cache = {uid: v for uid, v in self._cache.items() if uid in view.pods}
-        if name == "kai-scheduler":
+        if len(self._parked) > 2 * len(view.pods) + 1024:
+            self._parked = {uid: v for uid, v in self._parked.items() if uid in view.pods}
+        if len(self._roles) > 2 * len(view.pods) + 1024:
+            self._roles = {uid: v for uid, v in self._roles.items() if uid in view.pods}
+        if name == "kai-scheduler" and self._synced != (view.departures, self._reservations_made):
+            self._synced = (view.departures, self._reservations_made)
             self._sync_reservations(list(view.pods.values()))
         if not pending:
             yield False
@@ -427,6 +502,7 @@ class SimScheduler:
         )
         ordered = sorted(nodes.values(), key=lambda n: n.name)
         failed: dict[str, str] = {}
+        verdicts: dict[str, dict[str, _Status | None]] = {}
         state = (
             dra.DraState.load(self._store)
             if any((p.pod.get("spec") or {}).get("resourceClaims") for p in pending)
@@ -437,7 +513,7 @@ class SimScheduler:
                 self._mark(info.pod, "SchedulingGated", _GATED_MESSAGE, event=False)
                 yield False
             else:
-                yield self._schedule(info, ordered, failed, state)
+                yield self._schedule(info, ordered, failed, state, token, verdicts)
 
     @staticmethod
     def _serves(pod: Mapping[str, Any], name: str) -> bool:
@@ -524,11 +600,18 @@ class SimScheduler:
         nodes: list[_NodeInfo],
         failed: dict[str, str],
         state: dra.DraState | None = None,
+        token: tuple[int, ...] = (),
+        verdicts: dict[str, dict[str, _Status | None]] | None = None,
     ) -> bool:
-        """Bind ``info`` or mark it unschedulable. ``failed`` maps the `_signature` of
+        """Bind ``info`` or mark it unschedulable (and park it, with ``token``, the
+        pass's `_cluster_token`). ``failed`` maps the `_signature` of
         pods found unschedulable in this pass (since the last bind) to their message:
         an identical pod gets the same verdict without filtering every node again.
-        ``state`` is the DRA view of this pass (None when no pending pod has claims)."""
+        ``verdicts`` (signature -> node name -> `_filter`'s result) remembers the
+        filters' verdicts of this pass for pods without ResourceClaims: a verdict holds
+        until its node changes, that is until a pod is bound there, when this forgets
+        that node's. ``state`` is the DRA view of this pass (None when no pending pod
+        has claims)."""
         claims: list[Obj] = []
         if state is not None and (info.pod.get("spec") or {}).get("resourceClaims"):
             try:
@@ -540,17 +623,23 @@ class SimScheduler:
                     log.info("%s waits: %s", _ref(info.pod), e)
                 return False
         if not nodes:
-            self._mark(info.pod, "Unschedulable", NO_NODES)
+            self._unschedulable(info.pod, NO_NODES, token)
             return False
         signature = _signature(info)
         if signature in failed:
-            self._mark(info.pod, "Unschedulable", failed[signature])
+            self._unschedulable(info.pod, failed[signature], token)
             return False
         statuses: dict[str, _Status] = {}
         feasible: list[_NodeInfo] = []
         allocations: dict[str, dict[tuple[str, str], list[tuple[str, dra.DeviceId]]]] = {}
+        known = verdicts.setdefault(signature, {}) if verdicts is not None and not claims else {}
         for node in nodes:
-            status = _filter(info, node)
+            if node.name in known:
+                status = known[node.name]
+            else:
+                status = _filter(info, node)
+                if verdicts is not None and not claims:
+                    known[node.name] = status
             if status is None and claims:
                 assert state is not None
                 allocated = dra.allocate(claims, node.name, state)
@@ -567,7 +656,7 @@ class SimScheduler:
             failed[signature] = fit_error_message(
                 len(nodes), (st.reasons for st in statuses.values()), post
             )
-            self._mark(info.pod, "Unschedulable", failed[signature])
+            self._unschedulable(info.pod, failed[signature], token)
             return False
         best = min(feasible, key=lambda n: (-sum(n.gpu_used), n.name))
         assignment: gpushare.Assignment = ()
@@ -585,6 +674,9 @@ class SimScheduler:
         for index, share in assignment:
             best.gpu_used[index] += share
         failed.clear()  # the node changed: earlier verdicts may no longer hold
+        if verdicts is not None:
+            for per_node in verdicts.values():
+                per_node.pop(best.name, None)
         return True
 
     def _reserve_claims(
@@ -689,8 +781,8 @@ class SimScheduler:
         """KAI's binder (``ReserveGpuDevice``): for each device in ``assignment``, the GPU
         group whose reservation pod holds it on ``node``, or a new group and reservation
         pod; returns the pod's group labels, None if a reservation pod cannot be made."""
-        current, _ = self._store.list(PODS, kai.RESERVATION_NAMESPACE, copy_objects=False)
-        by_device = kai.groups_by_device(current, node)
+        self._view.refresh()  # the reservation pods made since the pass began
+        by_device = kai.groups_by_device(self._view.bound_on(node), node)
         groups: list[str] = []
         for index in dict.fromkeys(i for i, _ in assignment):
             group = by_device.get(index)
@@ -705,11 +797,22 @@ class SimScheduler:
                 except ApiError as e:
                     log.warning("creating a GPU reservation pod on %s failed: %s", node, e.message)
                     return None
+                self._reservations_made += 1
                 log.info(
                     "reserved GPU %d of %s for group %s: %s", index, node, group, _ref(created)
                 )
             groups.append(group)
         return kai.group_labels(groups)
+
+    def _group_role(self, pod: Mapping[str, Any]) -> tuple[bool, tuple[str, ...]]:
+        """`kai.group_role`, cached per pod and resourceVersion."""
+        meta = pod["metadata"]
+        uid, rv = meta["uid"], meta.get("resourceVersion", "")
+        cached = self._roles.get(uid)
+        if cached is None or cached[0] != rv:
+            cached = (rv, kai.group_role(pod))
+            self._roles[uid] = cached
+        return cached[1]
 
     def _ensure_reservation_namespace(self) -> None:
         """``kai-resource-reservation`` exists wherever KAI is installed."""
@@ -718,8 +821,10 @@ class SimScheduler:
 
     def _sync_reservations(self, pods: Sequence[Obj]) -> None:
         """KAI's binder ``syncForPods``: delete (grace 0) reservation pods whose GPU group
-        has no pod left in phase Pending or Running."""
-        for pod in kai.stale_reservations(pods):
+        has no pod left in phase Pending or Running. `_pass` calls it when a pod may have
+        left its group (`PodView.departures`) or a reservation pod was made (its bind
+        may have failed, leaving the group empty), not on every pass."""
+        for pod in kai.stale_reservations(pods, self._group_role):
             meta = pod["metadata"]
             try:
                 self._store.delete(PODS, meta["namespace"], meta["name"], grace_period_seconds=0)
@@ -727,18 +832,27 @@ class SimScheduler:
                 continue
             except ApiError as e:
                 log.warning("deleting reservation pod %s failed: %s", _ref(pod), e.message)
+                self._synced = None  # try again next pass
                 continue
             log.info("deleted reservation pod %s: no pod left in its GPU group", _ref(pod))
 
-    def _mark(self, pod: Obj, reason: str, message: str, *, event: bool = True) -> None:
-        """Set ``PodScheduled=False`` with ``reason``/``message`` unless already so."""
+    def _unschedulable(self, pod: Obj, message: str, token: tuple[int, ...]) -> None:
+        """Mark ``pod`` Unschedulable with ``message`` and park it at the resourceVersion
+        it has after that write (not parked if the write failed: the next pass retries)."""
+        version = self._mark(pod, "Unschedulable", message)
+        if version is not None:
+            self._parked[pod["metadata"]["uid"]] = (version, token, time.monotonic())
+
+    def _mark(self, pod: Obj, reason: str, message: str, *, event: bool = True) -> str | None:
+        """Set ``PodScheduled=False`` with ``reason``/``message`` unless already so;
+        returns the pod's resourceVersion after it (None if the write failed)."""
         current = _condition(pod)
         if (current.get("status"), current.get("reason"), current.get("message")) == (
             "False",
             reason,
             message,
         ):
-            return
+            return str(pod["metadata"].get("resourceVersion", ""))
         meta = pod["metadata"]
         now = rfc3339(datetime.now(UTC))
         try:
@@ -751,7 +865,8 @@ class SimScheduler:
             )
         except ApiError as e:
             log.warning("updating PodScheduled of %s failed: %s", _ref(pod), e.message)
-            return
+            return None
         log.info("%s is %s: %s", _ref(pod), reason.lower(), message)
         if event:
             self._recorder(pod).record(updated, "Warning", "FailedScheduling", message)
+        return str(updated["metadata"].get("resourceVersion", ""))

@@ -376,6 +376,11 @@ class Store:
         """The newest resourceVersion handed out (0 before any write)."""
         return self._rv
 
+    def last_write(self, rt: ResourceType) -> int:
+        """The resourceVersion of the newest create, update or delete of ``rt`` (0: none
+        since the store began)."""
+        return self._tables[rt].last_rv
+
     def add_validator(self, rt: ResourceType, validator: Validator) -> None:
         """Run ``validator(old, new)`` before every create/update of ``rt``."""
         self._validators.setdefault(rt, []).append(validator)

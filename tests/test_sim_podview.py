@@ -70,6 +70,69 @@ def test_pod_view_follows_adds_binds_scheduler_names_terminal_and_deletes() -> N
     assert set(view.pods) == {store.get(PODS, "default", "done")["metadata"]["uid"]}
 
 
+def test_released_counts_bound_pods_that_stop_holding_their_node() -> None:
+    store = _store()
+    view = PodView(store)
+    _pod(store, "waiting")
+    _pod(store, "runs")
+    _pod(store, "finishes")
+    view.refresh()
+    start = view.released
+    _bind(store, "runs", "n1")
+    _bind(store, "finishes", "n1")
+    store.mutate(
+        PODS, "default", "runs", lambda o: o.setdefault("status", {}).update(phase="Running"),
+        subresource="status",
+    )  # fmt: skip
+    store.force_remove(PODS, "default", "waiting")  # never bound: held nothing
+    view.refresh()
+    assert view.released == start  # binds, a Running status and an unbound delete free nothing
+    store.mutate(
+        PODS, "default", "finishes", lambda o: o.setdefault("status", {}).update(phase="Succeeded"),
+        subresource="status",
+    )  # fmt: skip
+    view.refresh()
+    assert view.released == start + 1
+    store.mutate(
+        PODS, "default", "finishes", lambda o: o["metadata"].update(labels={"done": "yes"})
+    )
+    view.refresh()
+    assert view.released == start + 1  # already terminal: nothing more was freed
+    store.force_remove(PODS, "default", "runs")
+    view.refresh()
+    assert view.released == start + 2
+
+
+def test_departures_count_what_can_end_a_pods_group_membership() -> None:
+    store = _store()
+    view = PodView(store)
+    _pod(store, "a")
+    _pod(store, "b")
+    view.refresh()
+    start = view.departures
+
+    def status(name: str, phase: str) -> None:
+        store.mutate(
+            PODS, "default", name, lambda o: o.setdefault("status", {}).update(phase=phase),
+            subresource="status",
+        )  # fmt: skip
+
+    _bind(store, "a", "n1")
+    status("a", "Running")
+    _pod(store, "c")
+    view.refresh()
+    assert view.departures == start  # a bind, Pending -> Running and a new pod: still members
+    store.mutate(PODS, "default", "b", lambda o: o["metadata"].update(labels={"g": "1"}))
+    view.refresh()
+    assert view.departures == start + 1
+    status("a", "Failed")
+    view.refresh()
+    assert view.departures == start + 2
+    store.force_remove(PODS, "default", "c")
+    view.refresh()
+    assert view.departures == start + 3
+
+
 def test_pod_view_rebuilds_when_the_history_is_gone_and_equals_a_fresh_view() -> None:
     store = _store(history_limit=2)
     view = PodView(store)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
 from sim import gpushare, hami
+from sim import scheduler as sim_scheduler
 from sim.kubelet import SimKubelet
 from sim.scheduler import SimScheduler
 from sim.store import EVENTS, NAMESPACES, NODES, PODS, Store
@@ -346,6 +348,87 @@ def test_a_changed_reason_is_written_once_and_repeats_are_not(store: Store) -> N
     assert second["message"].startswith("0/2 nodes are available: 2 Insufficient cpu.")
     assert second["lastTransitionTime"] == first["lastTransitionTime"]  # status stayed False
     assert len(events_for(store, "p", "FailedScheduling")) == 2
+
+
+def _count_filters(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Pod name -> how many nodes the scheduler's filters ran against for it."""
+    calls: Counter[str] = Counter()
+    real = sim_scheduler._filter
+
+    def counting(info: Any, node: Any) -> Any:
+        calls[info.pod["metadata"]["name"]] += 1
+        return real(info, node)
+
+    monkeypatch.setattr(sim_scheduler, "_filter", counting)
+    return calls
+
+
+def test_an_unschedulable_pod_waits_until_something_could_make_it_fit(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _count_filters(monkeypatch)
+    add_node(store, "gpu-1", gpus=1)
+    add_pod(store, "first", limits={"nvidia.com/gpu": "1"})
+    add_pod(store, "second", limits={"nvidia.com/gpu": "1"})
+    scheduler = SimScheduler(store)
+    scheduler.schedule_once()
+    assert get(store, "first")["spec"]["nodeName"] == "gpu-1"
+    message = scheduled(store, "second")["message"]
+    assert calls["second"] == 1
+    # a bind elsewhere only takes capacity, and another pod's change is not this pod's:
+    add_pod(store, "web", requests={"cpu": "1"})
+    store.mutate(PODS, "default", "first", lambda o: o["metadata"].update(labels={"a": "b"}))
+    scheduler.schedule_once()
+    assert get(store, "web")["spec"]["nodeName"] == "gpu-1"
+    assert calls["second"] == 1
+    assert scheduled(store, "second")["message"] == message
+    # its own change: tried again (and still unschedulable)
+    store.mutate(PODS, "default", "second", lambda o: o["metadata"].update(labels={"try": "2"}))
+    scheduler.schedule_once()
+    assert calls["second"] == 2
+    scheduler.schedule_once()
+    assert calls["second"] == 2
+    # the bound pod finishes: its GPU is free, the parked pod is tried and binds
+    store.mutate(
+        PODS, "default", "first", lambda o: o.setdefault("status", {}).update(phase="Succeeded"),
+        subresource="status",
+    )  # fmt: skip
+    scheduler.schedule_once()
+    assert get(store, "second")["spec"]["nodeName"] == "gpu-1"
+
+
+def test_a_pass_filters_again_only_the_node_a_bind_changed(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _count_filters(monkeypatch)
+    for i in range(4):
+        add_node(store, f"n{i}", gpus=1)
+    for name in ("a", "b", "c"):
+        add_pod(store, name, limits={"nvidia.com/gpu": "1"})
+    SimScheduler(store).schedule_once()
+    assert sorted(get(store, n)["spec"]["nodeName"] for n in "abc") == ["n0", "n1", "n2"]
+    # the first pod is filtered against four nodes; the next ones only against the node
+    # the bind before them filled, the other three verdicts still hold
+    assert (calls["a"], calls["b"], calls["c"]) == (4, 1, 1)
+
+
+def test_a_node_change_and_the_longest_wait_retry_a_parked_pod(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _count_filters(monkeypatch)
+    add_node(store, "n1", cpu="1")
+    add_pod(store, "p", requests={"cpu": "2"})
+    scheduler = SimScheduler(store)
+    scheduler.schedule_once()
+    scheduler.schedule_once()
+    assert calls["p"] == 1
+    store.mutate(NODES, None, "n1", lambda o: o["metadata"]["labels"].update(zone="a"))
+    scheduler.schedule_once()
+    assert calls["p"] == 2
+    monkeypatch.setattr(sim_scheduler, "MAX_IN_UNSCHEDULABLE_SECONDS", 0.0)
+    scheduler.schedule_once()
+    scheduler.schedule_once()
+    assert calls["p"] == 4
 
 
 # -- the loop --------------------------------------------------------------------------
