@@ -371,15 +371,25 @@ class _Solver:
         ]
         self.new: list[NewNodeClaim] = []
         self._tolerations: dict[tuple[int, str], bool] = {}
+        #: (pod signature and relaxation step, id of a NodeClaim of ``new``) pairs where
+        #: the claim refused such a pod. Adding pods to a claim only narrows what it can
+        #: take (more requests, fewer instance types, tighter requirements, more
+        #: anti-affinity), so a refusal holds for the rest of the solve.
+        self._refused: set[tuple[str, int]] = set()
 
-    def schedule(self, pod: Obj, requests: dict[str, Decimal]) -> str | None:
-        """``trySchedule``: add the pod, relaxing preferences after each failure."""
+    def schedule(self, pod: Obj, requests: dict[str, Decimal], signature: str = "") -> str | None:
+        """``trySchedule``: add the pod, relaxing preferences after each failure.
+        ``signature``: `_solver_signature` of the pod, to skip the in-flight NodeClaims
+        that refused an identical pod (empty: no skipping)."""
         skip_required = skip_preferred = 0
         tolerations = list((pod.get("spec") or {}).get("tolerations") or ())
         n_required, n_preferred = len(required_terms(pod)), len(preferred_terms(pod))
         while True:
             reqs = pod_requirements(pod, skip_required=skip_required, skip_preferred=skip_preferred)
-            error = self._add(pod, requests, reqs, tolerations)
+            key = f"{skip_required}/{skip_preferred}/{len(tolerations)}/" + signature
+            if not signature:
+                key = ""
+            error = self._add(pod, requests, reqs, tolerations, key)
             if error is None:
                 return None
             if skip_required < n_required - 1:
@@ -392,8 +402,16 @@ class _Solver:
                 return error
 
     def _add(
-        self, pod: Obj, requests: dict[str, Decimal], reqs: Requirements, tolerations: list[Obj]
+        self,
+        pod: Obj,
+        requests: dict[str, Decimal],
+        reqs: Requirements,
+        tolerations: list[Obj],
+        key: str = "",
     ) -> str | None:
+        """``Scheduler.add``: the first existing node, else in-flight NodeClaim, else new
+        NodeClaim that takes the pod; the error when none does. ``key`` names the pod's
+        signature and relaxation step for `_refused` (empty: not remembered)."""
         tolerations_key = repr(tolerations)
         for ex in self.existing:  # addToExistingNode: first that fits (ExistingNode.CanAdd)
             if (
@@ -411,15 +429,12 @@ class _Solver:
         self.new.sort(key=lambda n: len(n.pods))  # addToInflightNode: fewest pods first
         repels = bool(required_anti_affinity(pod))
         for claim in self.new:
-            if not _may_fit(claim, requests):
-                continue  # full: no instance type of it has room
-            total = _merge(claim.requests, requests)
-            if not any(fits(total, _allocatable(it)) for it in claim.instance_types):
-                continue  # full: a cheap early exit (in-flight failures are never reported)
-            if (repels or claim.repelling) and anti_affinity_conflict(
-                pod, claim.pods, self.namespace_labels
-            ) is not None:
-                continue  # Topology.AddRequirements: this hostname domain is taken
+            if key and (key, id(claim)) in self._refused:
+                continue
+            if not self._in_flight_may_take(claim, pod, requests, repels):
+                if key:
+                    self._refused.add((key, id(claim)))
+                continue
             added = self._can_add(
                 claim.taints,
                 claim.requirements,
@@ -437,6 +452,8 @@ class _Solver:
                 claim.pods.append(pod)
                 claim.repelling += repels
                 return None
+            if key:
+                self._refused.add((key, id(claim)))
         if not self.templates:
             return "nodepool requirements filtered out all available instance types"
         errors = []
@@ -481,6 +498,22 @@ class _Solver:
                     limits[k] -= max(_capacity(it).get(k, _ZERO) for it in its)
             return None
         return "; ".join(errors)
+
+    def _in_flight_may_take(
+        self, claim: NewNodeClaim, pod: Obj, requests: Mapping[str, Decimal], repels: bool
+    ) -> bool:
+        """The cheap tests before ``CanAdd`` on a NodeClaim of this solve: room on some
+        instance type, and no hostname anti-affinity conflict (in-flight failures are
+        never reported, so no reason is kept)."""
+        if not _may_fit(claim, requests):
+            return False  # full: no instance type of it has room
+        total = _merge(claim.requests, requests)
+        if not any(fits(total, _allocatable(it)) for it in claim.instance_types):
+            return False
+        return not (
+            (repels or claim.repelling)
+            and anti_affinity_conflict(pod, claim.pods, self.namespace_labels) is not None
+        )  # Topology.AddRequirements: this hostname domain is taken
 
     def _tolerated(self, ex: _Existing, tolerations: list[Obj], tolerations_key: str) -> bool:
         """``_untolerated(ex.node.taints, tolerations) is None``, remembered per node and
@@ -556,7 +589,7 @@ def solve(snapshot: Snapshot) -> Results:
         signature = _solver_signature(pod)
         error = failed.get(signature)
         if error is None:
-            error = solver.schedule(pod, requests)
+            error = solver.schedule(pod, requests, signature)
             if error is None:
                 failed.clear()
             else:
@@ -570,12 +603,36 @@ def solve(snapshot: Snapshot) -> Results:
 
 
 def _solver_signature(pod: Obj) -> str:
-    """Everything `solve` reads from a pod: its namespace, labels and spec (requests,
-    selectors, affinity, tolerations, topology); not its name, status or annotations."""
+    """Everything `solve` reads from a pod: its namespace and labels (anti-affinity), its
+    containers' and init containers' resources (requests, DRA claims; an init container's
+    ``restartPolicy`` makes it a sidecar), and `_SOLVER_SPEC_FIELDS`; not its name,
+    status, annotations, volumes or anything else two replicas of a workload differ in
+    (a ServiceAccount token volume has a random name per pod)."""
     meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
     return json.dumps(
-        [meta.get("namespace"), meta.get("labels"), pod.get("spec")], sort_keys=True, default=str
+        [
+            meta.get("namespace"),
+            meta.get("labels"),
+            [c.get("resources") for c in spec.get("containers") or ()],
+            [[c.get("resources"), c.get("restartPolicy")] for c in spec.get("initContainers") or ()],
+            [spec.get(k) for k in _SOLVER_SPEC_FIELDS],
+        ],
+        sort_keys=True,
+        default=str,
     )
+
+
+#: The pod spec fields `solve` reads besides containers: requests (``overhead``),
+#: requirements (``nodeSelector``, ``affinity``), taints, DRA claims, topology.
+_SOLVER_SPEC_FIELDS: Final = (
+    "overhead",
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "resourceClaims",
+    "topologySpreadConstraints",
+)
 
 
 class Batcher:
@@ -753,16 +810,21 @@ class KarpenterSim:
         return max(0.0, min(due) - now) if due else None
 
     def _trigger(self, pods: Sequence[Obj], now: float) -> None:
+        """The pod controller's ``Trigger``: a provisionable pod starts or extends the
+        batch when it is new or changed, and again every ``requeue_seconds`` while it
+        stays provisionable (Karpenter's provisioning pod controller requeues it)."""
         seen = set()
         for pod in pods:
+            uid, rv = pod["metadata"]["uid"], str(pod["metadata"].get("resourceVersion", ""))
+            last = self._requeue.get(uid)
+            if last is not None and last[0] == rv and now < last[1]:
+                seen.add(uid)  # provisionable at this version already, and not due yet
+                continue
             if not is_provisionable(pod):
                 continue
-            uid, rv = pod["metadata"]["uid"], str(pod["metadata"].get("resourceVersion", ""))
             seen.add(uid)
-            last = self._requeue.get(uid)
-            if last is None or last[0] != rv or now >= last[1]:
-                self._batcher.trigger(uid, now)
-                self._requeue[uid] = (rv, now + self._timings.requeue_seconds)
+            self._batcher.trigger(uid, now)
+            self._requeue[uid] = (rv, now + self._timings.requeue_seconds)
         for uid in set(self._requeue) - seen:
             del self._requeue[uid]
 

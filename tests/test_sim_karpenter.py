@@ -262,6 +262,60 @@ def test_solve_places_pods_on_new_nodeclaims(
     assert names(Snapshot(pods, pools)) == expected
 
 
+def test_solve_asks_a_refusing_nodeclaim_once_per_kind_of_pod_with_the_same_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In-flight NodeClaims only narrow as pods are added, so one that refused a pod is
+    not asked again for an identical one; the NodeClaims and placements are the same as
+    when every pod is asked everywhere (each pod its own signature)."""
+    from sim import karpenter as sim_karpenter
+
+    pods = [
+        *(pod(f"big-{i}", gpus=1, cpu="3", selector=T4) for i in range(6)),
+        *(pod(f"small-{i}", cpu="1", selector=T4) for i in range(6)),
+        *(pod(f"l4-{i}", gpus=1, selector={GPU_NAME: "l4"}) for i in range(6)),
+    ]
+    snapshot = Snapshot(pods, [GPU_POOL])
+    asked: list[int] = []
+    real = sim_karpenter._Solver._in_flight_may_take
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        asked.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(sim_karpenter._Solver, "_in_flight_may_take", counting)
+    remembered = names(snapshot)
+    with_memory = len(asked)
+    asked.clear()
+    monkeypatch.setattr(sim_karpenter, "_solver_signature", lambda p: p["metadata"]["name"])
+    assert names(snapshot) == remembered
+    assert with_memory < len(asked)
+    assert sum(len(placed) for _, _, placed in remembered) == len(pods)
+
+
+def test_the_solver_signature_ignores_what_replicas_differ_in_and_keeps_what_solve_reads() -> None:
+    from sim.karpenter import _solver_signature
+
+    def replica(token_volume: str, **spec: Any) -> Obj:
+        p = pod(token_volume, gpus=1, selector=T4, **spec)
+        p["spec"]["volumes"] = [{"name": f"kube-api-access-{token_volume}", "projected": {}}]
+        p["metadata"]["annotations"] = {"note": token_volume}
+        return p
+
+    assert _solver_signature(replica("6wppj")) == _solver_signature(replica("8lzbs"))
+    for other in (
+        replica("x", tolerations=[GPU_TAINT | {"operator": "Equal"}]),
+        replica("x", overhead={"cpu": "1"}),
+        replica("x", resourceClaims=[{"name": "gpu"}]),
+        pod("x", gpus=2, selector=T4),
+        pod("x", gpus=1, selector={GPU_NAME: "l4"}),
+    ):
+        assert _solver_signature(other) != _solver_signature(replica("6wppj"))
+    labelled = replica("y")
+    labelled["metadata"]["labels"] = {"app": "a"}
+    assert _solver_signature(labelled) != _solver_signature(replica("y"))
+
+
 def legacy(pool: str) -> str:
     """The v1.0-v1.3 prefix of a per-NodePool error."""
     return f'incompatible with nodepool "{pool}", daemonset overhead={{"pods":"0"}}, '
