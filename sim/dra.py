@@ -61,6 +61,7 @@ from sim.store import (
     RESOURCECLAIMS,
     RESOURCECLAIMTEMPLATES,
     RESOURCESLICES,
+    SETTLE_SECONDS,
     AlreadyExists,
     ApiError,
     NotFound,
@@ -1026,10 +1027,15 @@ class ResourceClaimController:
         self._warned: set[tuple[str, str]] = set()
 
     async def run(self) -> None:
-        """Sync on every pod, claim or template write, until cancelled."""
+        """Sync on every pod, claim or template write, until cancelled. A pass walks
+        every pod, so writes are let settle `SETTLE_SECONDS` first, as the sim's kubelet
+        does: a scheduler binding 500 pods one by one costs a few passes, not 500 (the
+        real controller's informer handlers queue each changed pod's key instead,
+        ``enqueuePod``)."""
         await self._store.run_passes(
             self.sync_once, "resourceclaim-controller",
             kinds=(PODS, RESOURCECLAIMS, RESOURCECLAIMTEMPLATES),
+            settle_seconds=SETTLE_SECONDS,
         )  # fmt: skip
 
     def sync_once(self) -> None:

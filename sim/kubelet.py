@@ -35,7 +35,7 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -43,16 +43,13 @@ from typing import Any
 from sim.events import EventRecorder
 from sim.podview import PodView
 from sim.scheduling import is_bound, is_terminal, is_terminating, pod_requests, quantity
-from sim.store import NODES, PODS, ApiError, NotFound, Obj, Store, rfc3339
+from sim.store import NODES, PODS, SETTLE_SECONDS, ApiError, NotFound, Obj, Store, rfc3339
 
 __all__ = ["SimKubelet"]
 
 log = logging.getLogger(__name__)
 
 _DEFAULT_GRACE_SECONDS = 30  # core/v1 PodSpec.terminationGracePeriodSeconds default
-#: Seconds the kubelet lets writes settle before a pass (`SimKubelet.run`): well below
-#: its pod start delay, so no pod starts noticeably later.
-SETTLE_SECONDS = 0.02
 _READY_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
 
 
@@ -223,7 +220,7 @@ class SimKubelet:
         bound = [pod for on_node in self._view.bound.values() for pod in on_node.values()]
         seen = {pod["metadata"]["uid"] for pod in bound}
         due: list[float] = []
-        used: dict[str, dict[str, Decimal]] | None = None  # summed when an admission needs it
+        used: dict[str, dict[str, Decimal]] = {}  # per node, summed when an admission needs it
         # A Running pod on a node that exists, not being deleted, needs nothing this pass.
         work = [
             pod
@@ -252,8 +249,9 @@ class SimKubelet:
                     self._starting.pop(uid, None)
                     continue
                 if uid not in self._admitted:
-                    if used is None:
-                        used = self._admitted_usage(bound)
+                    name = node["metadata"]["name"]
+                    if name not in used:
+                        used[name] = self._admitted_usage(self._view.bound_on(name))
                     if not self._admit(pod, node, used):
                         continue
                 deadline = self._starting.setdefault(uid, now + self._start)
@@ -267,20 +265,19 @@ class SimKubelet:
         self._admitted &= seen
         return max(min(due) - now, 0.0) if due else None
 
-    def _admitted_usage(self, pods: list[Obj]) -> dict[str, dict[str, Decimal]]:
-        """Node name -> summed requests of its admitted pods (Running, or admitted by
-        this kubelet), terminal ones excluded."""
-        used: dict[str, dict[str, Decimal]] = {}
+    def _admitted_usage(self, pods: Iterable[Obj]) -> dict[str, Decimal]:
+        """Summed requests of the admitted pods (Running, or admitted by this kubelet)
+        among ``pods`` (those bound to one node), terminal ones excluded."""
+        total: dict[str, Decimal] = {}
         for pod in pods:
             if not is_bound(pod) or is_terminal(pod):
                 continue
             running = (pod.get("status") or {}).get("phase") == "Running"
             if running or pod["metadata"]["uid"] in self._admitted:
                 with contextlib.suppress(ValueError):
-                    total = used.setdefault(pod["spec"]["nodeName"], {})
                     for key, value in pod_requests(pod).items():
                         total[key] = total.get(key, Decimal(0)) + value
-        return used
+        return total
 
     def _admit(
         self, pod: Obj, node: Mapping[str, Any], used: dict[str, dict[str, Decimal]]

@@ -49,6 +49,10 @@ _T = TypeVar("_T")
 #: A pass of an in-process controller (`Store.run_passes`) longer than this many seconds
 #: is logged: the sim's API server, in the same event loop, answers nothing meanwhile.
 SLOW_PASS_SECONDS = 1.0
+#: Seconds a controller whose pass walks every pod lets writes settle before its next
+#: pass (`Store.run_passes` ``settle_seconds``: the sim's kubelet and resourceclaim
+#: controller): short beside every delay they model, so nothing happens noticeably later.
+SETTLE_SECONDS = 0.02
 
 
 def json_copy(value: _T) -> _T:
