@@ -235,9 +235,10 @@ async def _read(response: aiohttp.ClientResponse | _Replayed, doing: str) -> Obj
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
-def _pods_path(namespace: str, name: str | None = None) -> str:
-    """``/api/v1/namespaces/<namespace>/pods[/<name>]``, each part percent-encoded."""
-    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods"
+def _core_path(plural: str, namespace: str, name: str | None = None) -> str:
+    """``/api/v1/namespaces/<namespace>/<plural>[/<name>]`` (a core/v1 resource, e.g.
+    ``pods``, ``events``), namespace and name percent-encoded."""
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/{plural}"
     return f"{path}/{quote(name, safe='')}" if name is not None else path
 
 
@@ -505,7 +506,7 @@ class Kube:
         meta = body.get("metadata", {})
         name = meta.get("name") or f"{meta.get('generateName', '')}*"
         return await self._send(
-            f"creating pod {namespace}/{name}", "POST", _pods_path(namespace), body
+            f"creating pod {namespace}/{name}", "POST", _core_path("pods", namespace), body
         )
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
@@ -536,7 +537,7 @@ class Kube:
         return await self._send(
             f"patching status of pod {namespace}/{name}",
             "PATCH",
-            f"{_pods_path(namespace, name)}/status",
+            f"{_core_path('pods', namespace, name)}/status",
             patch,
             STRATEGIC_MERGE_PATCH,
         )
@@ -548,7 +549,7 @@ class Kube:
         return await self._send(
             f"annotating pod {namespace}/{name}",
             "PATCH",
-            _pods_path(namespace, name),
+            _core_path("pods", namespace, name),
             {"metadata": {"annotations": dict(annotations)}},
             STRATEGIC_MERGE_PATCH,
         )
@@ -610,7 +611,7 @@ class Kube:
         await self._send(
             f"recording event in {namespace}",
             "POST",
-            f"/api/v1/namespaces/{quote(namespace, safe='')}/events",
+            _core_path("events", namespace),
             body,
         )
 

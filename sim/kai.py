@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from sim import gpushare
+from sim.scheduling import is_live
 
 __all__ = [
     "APP_LABEL",
@@ -54,7 +55,6 @@ _MULTI_GROUP_PREFIX: Final = GPU_GROUP_LABEL + "/"
 GPU_INDEX_ANNOTATION: Final = "run.ai/reserve_for_gpu_index"
 #: ``app`` label value of reservation pods (``ResourceReservationAppLabelValue``).
 APP_LABEL: Final = "kai-resource-reservation"
-_LIVE_PHASES: Final = ("Pending", "Running")
 
 Obj = Mapping[str, Any]
 
@@ -146,7 +146,7 @@ def group_role(pod: Obj) -> tuple[bool, tuple[str, ...]]:
         return True, ()
     if not meta.get("labels"):
         return False, ()  # a pod without labels is in no GPU group
-    if ((pod.get("status") or {}).get("phase") or "Pending") not in _LIVE_PHASES:
+    if not is_live(pod):
         return False, ()
     return False, tuple(pod_groups(pod))
 

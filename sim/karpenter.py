@@ -386,9 +386,8 @@ class _Solver:
         n_required, n_preferred = len(required_terms(pod)), len(preferred_terms(pod))
         while True:
             reqs = pod_requirements(pod, skip_required=skip_required, skip_preferred=skip_preferred)
-            key = f"{skip_required}/{skip_preferred}/{len(tolerations)}/" + signature
-            if not signature:
-                key = ""
+            step = f"{skip_required}/{skip_preferred}/{len(tolerations)}/"
+            key = step + signature if signature else ""
             error = self._add(pod, requests, reqs, tolerations, key)
             if error is None:
                 return None

@@ -18,18 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from sim.scheduling import is_bound, is_terminal, is_terminating
+from sim.scheduling import is_bound, is_live, is_terminal, is_terminating
 from sim.store import PODS, Change, Obj, Store
 
 __all__ = ["PodView"]
 
 _DEFAULT_SCHEDULER = "default-scheduler"
-_LIVE_PHASES = ("Pending", "Running")
-
-
-def _phase(pod: Obj) -> str:
-    """``status.phase``; a pod without one is Pending, as the apiserver creates pods."""
-    return str((pod.get("status") or {}).get("phase") or "Pending")
 
 
 class PodView:
@@ -135,7 +129,7 @@ class PodView:
             self.released += 1
         if before is not None and (
             (before["metadata"].get("labels") != pod["metadata"].get("labels"))
-            or (_phase(before) in _LIVE_PHASES and _phase(pod) not in _LIVE_PHASES)
+            or (is_live(before) and not is_live(pod))
         ):
             self.departures += 1
         self.pods[uid] = pod

@@ -88,7 +88,7 @@ from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from sim import dra, gpushare, hami, kai
 from sim.events import EventRecorder
@@ -296,6 +296,17 @@ def _preemption_message(
     return "preemption: " + fit_error_message(len(nodes), (st.reasons for st in outcome))
 
 
+_V = TypeVar("_V")
+
+
+def _pruned(table: dict[str, _V], pods: Mapping[str, Obj]) -> dict[str, _V]:
+    """``table`` (keyed by pod uid) without the pods no longer in ``pods``, once it holds
+    more than twice as many entries (plus 1,024); else ``table`` itself."""
+    if len(table) <= 2 * len(pods) + 1024:
+        return table
+    return {uid: v for uid, v in table.items() if uid in pods}
+
+
 def _signature(info: _PodInfo) -> str:
     """Everything the filters and the preemption message read from a pod; computed once
     per pod version (cached on ``info``)."""
@@ -468,7 +479,11 @@ class SimScheduler:
         it fit (a node added or changed, an assigned pod deleted: the queueing hints
         of NodeResourcesFit, NodeAffinity, TaintToleration and DynamicResources), or
         `MAX_IN_UNSCHEDULABLE_SECONDS` pass (``podMaxInUnschedulablePodsDuration``).
-        Binding another pod only takes capacity, so it moves none of them."""
+        Binding another pod only takes capacity, so it moves none of them. The sim
+        retries a pod on any write to it; kube-scheduler's ``isPodUpdated`` ignores one
+        that changes only its status (other than ``resourceClaimStatuses``), so the sim
+        is the kinder one there: the product writes annotations on pending pods, which
+        both count, and expects no retry from them."""
         view = self._view
         view.refresh()
         token = self._cluster_token()
@@ -480,12 +495,9 @@ class SimScheduler:
             info = self._info(pod)
             if info is not None:
                 pending.append(info)
-        if len(self._cache) > 2 * len(view.pods) + 1024:
-            self._cache = {uid: v for uid, v in self._cache.items() if uid in view.pods}
-        if len(self._parked) > 2 * len(view.pods) + 1024:
-            self._parked = {uid: v for uid, v in self._parked.items() if uid in view.pods}
-        if len(self._roles) > 2 * len(view.pods) + 1024:
-            self._roles = {uid: v for uid, v in self._roles.items() if uid in view.pods}
+        self._cache = _pruned(self._cache, view.pods)
+        self._parked = _pruned(self._parked, view.pods)
+        self._roles = _pruned(self._roles, view.pods)
         if name == "kai-scheduler" and self._synced != (view.departures, self._reservations_made):
             self._synced = (view.departures, self._reservations_made)
             self._sync_reservations(list(view.pods.values()))
@@ -599,9 +611,9 @@ class SimScheduler:
         info: _PodInfo,
         nodes: list[_NodeInfo],
         failed: dict[str, str],
-        state: dra.DraState | None = None,
-        token: tuple[int, ...] = (),
-        verdicts: dict[str, dict[str, _Status | None]] | None = None,
+        state: dra.DraState | None,
+        token: tuple[int, ...],
+        verdicts: dict[str, dict[str, _Status | None]],
     ) -> bool:
         """Bind ``info`` or mark it unschedulable (and park it, with ``token``, the
         pass's `_cluster_token`). ``failed`` maps the `_signature` of
@@ -632,14 +644,11 @@ class SimScheduler:
         statuses: dict[str, _Status] = {}
         feasible: list[_NodeInfo] = []
         allocations: dict[str, dict[tuple[str, str], list[tuple[str, dra.DeviceId]]]] = {}
-        known = verdicts.setdefault(signature, {}) if verdicts is not None and not claims else {}
+        known = {} if claims else verdicts.setdefault(signature, {})
         for node in nodes:
-            if node.name in known:
-                status = known[node.name]
-            else:
-                status = _filter(info, node)
-                if verdicts is not None and not claims:
-                    known[node.name] = status
+            if node.name not in known:
+                known[node.name] = _filter(info, node)
+            status = known[node.name]
             if status is None and claims:
                 assert state is not None
                 allocated = dra.allocate(claims, node.name, state)
@@ -674,9 +683,8 @@ class SimScheduler:
         for index, share in assignment:
             best.gpu_used[index] += share
         failed.clear()  # the node changed: earlier verdicts may no longer hold
-        if verdicts is not None:
-            for per_node in verdicts.values():
-                per_node.pop(best.name, None)
+        for per_node in verdicts.values():
+            per_node.pop(best.name, None)
         return True
 
     def _reserve_claims(

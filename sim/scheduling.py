@@ -31,6 +31,7 @@ __all__ = [
     "effective_requests",
     "fit_error_message",
     "is_bound",
+    "is_live",
     "is_terminal",
     "is_terminating",
     "matches_node_selector",
@@ -260,6 +261,13 @@ def is_bound(pod: Mapping[str, Any]) -> bool:
 def is_terminating(pod: Mapping[str, Any]) -> bool:
     """The pod has ``metadata.deletionTimestamp`` (graceful deletion in progress)."""
     return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def is_live(pod: Mapping[str, Any]) -> bool:
+    """``status.phase`` is Pending or Running; a pod without a phase counts as Pending,
+    as the apiserver creates pods (KAI's binder keeps a GPU group while one of its pods
+    is live)."""
+    return (pod.get("status") or {}).get("phase") in (None, "", "Pending", "Running")
 
 
 def is_terminal(pod: Mapping[str, Any]) -> bool:

@@ -490,8 +490,8 @@ class Store:
         ``copy_objects=False`` returns the stored dicts themselves, for in-process readers
         that promise not to mutate them (it saves a deep copy per object per scan).
         """
-        # filtered before sorted: a list of one namespace (KAI's reservation pods, one
-        # per bind) sorts what it returns, not every pod
+        # filtered before sorted: a list of one namespace sorts what it returns, not
+        # every object of the type
         objects = self._tables[rt].objects
         keys = sorted(
             key
