@@ -24,13 +24,15 @@ first-fit-decreasing into 1-GPU pods (``ceil(sum)`` of them when the fractions a
 dyadic, as here); each asks for the cpu and memory of the pods it stands for and selects
 the model with ``karpenter.k8s.aws/instance-gpu-name``. A memory-only pod becomes one
 whole GPU with the required node affinity ``karpenter.k8s.aws/instance-gpu-memory Gt
-(MiB - 1)``.
+(MiB - 1)``. The twin of a HAMi pod is scheduled by HAMi's scheduler, as HAMi's webhook
+would have it (`_native_scheduler`): one physical GPU per ``nvidia.com/gpu``.
 
 **Counted** on both sides from a watch on the sim's store (`ClaimCounter`): every
 NodeClaim ever created, deleted ones included; GPUs bought per model and the instance
 cost per hour (on-demand prices of `sim.catalog.CATALOG`, summed over the instance types
 of every NodeClaim created); on side A also every trigger pod created and the GPUs they
-asked for. Printed side by side with the ratio cost(A)/cost(B) (target 1.00) and
+asked for; at the end, the GPU nodes no pod of the workload is bound to
+(`idle_gpu_nodes`). Printed side by side with the ratio cost(A)/cost(B) (target 1.00) and
 NodeClaims created (A) vs needed (B); pods left unbound are named with their scale-up
 status and scheduler message, and warnings and errors logged during the runs are counted.
 
@@ -280,6 +282,7 @@ def _native(
     model: str | None,
     memory_mib: int | None = None,
     stands_for: Sequence[str] = (),
+    scheduler: str | None = None,
 ) -> dict[str, Any]:
     requests = {k: format_quantity(k, v) for k, v in sorted(resources.items())}
     requests["nvidia.com/gpu"] = str(gpus)
@@ -293,6 +296,8 @@ def _native(
             }
         ],
     }
+    if scheduler:
+        spec["schedulerName"] = scheduler
     if model:
         spec["nodeSelector"] = {GPU_NAME_LABEL: model}
     if memory_mib:
@@ -316,6 +321,17 @@ def _native(
     }
 
 
+def _native_scheduler(pods: Iterable[Mapping[str, Any]]) -> str | None:
+    """``hami-scheduler`` when any of ``pods`` is a HAMi pod, else None (the default
+    scheduler). HAMi's webhook sets that scheduler on every pod asking for
+    ``nvidia.com/gpu`` (REFERENCE.md section 3), and HAMi's scheduler gives a container
+    with no ``gpumem`` 100 % of a GPU's memory: the native twin of a HAMi pod takes one
+    physical GPU per ``nvidia.com/gpu``, as it would in the HAMi cluster, instead of one
+    of the ten slots per GPU HAMi's device plugin advertises to kube-scheduler."""
+    hami = any((p.get("spec") or {}).get("schedulerName") == "hami-scheduler" for p in pods)
+    return "hami-scheduler" if hami else None
+
+
 def native_pods(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The same demand as native whole-GPU pods (see the module docstring)."""
     out: list[dict[str, Any]] = []
@@ -324,6 +340,7 @@ def native_pods(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for pod in pods:
         intent = intent_of(pod)
         name = pod["metadata"]["name"]
+        scheduler = _native_scheduler([pod])
         if intent.model is None:  # memory-only: one whole GPU with that much memory
             out.append(
                 _native(
@@ -333,6 +350,7 @@ def native_pods(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     model=None,
                     memory_mib=intent.gpu_memory_mib,
                     stands_for=[name],
+                    scheduler=scheduler,
                 )
             )
         elif intent.gpus >= 1:
@@ -343,6 +361,7 @@ def native_pods(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     _cpu_memory(pod),
                     model=intent.model,
                     stands_for=[name],
+                    scheduler=scheduler,
                 )
             )
         else:
@@ -368,6 +387,7 @@ def native_pods(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     resources,
                     model=model,
                     stands_for=[m["metadata"]["name"] for m in members],
+                    scheduler=_native_scheduler(members),
                 )
             )
     return out
@@ -713,6 +733,23 @@ def unbound(cluster: SimCluster, namespace: str = NAMESPACE) -> list[str]:
     return [p["metadata"]["name"] for p in items if not (p.get("spec") or {}).get("nodeName")]
 
 
+def idle_gpu_nodes(cluster: SimCluster, namespace: str = NAMESPACE) -> dict[str, int]:
+    """Instance type -> how many GPU nodes of it (by its GPU count in the sim's catalog)
+    no pod of ``namespace`` is bound to: capacity bought that no workload uses,
+    the "GPU nodes left with no workload pod" the issue counted. Trigger, DaemonSet and
+    reservation pods do not count as workload."""
+    items, _ = cluster.store.list(sim_store.PODS, namespace, copy_objects=False)
+    used = {(p.get("spec") or {}).get("nodeName") for p in items}
+    nodes, _ = cluster.store.list(sim_store.NODES, copy_objects=False)
+    idle: Counter[str] = Counter()
+    for node in nodes:
+        meta = node["metadata"]
+        instance_type = (meta.get("labels") or {}).get(INSTANCE_TYPE_LABEL)
+        if instance_type and by_name(instance_type).gpu_count and meta["name"] not in used:
+            idle[instance_type] += 1
+    return dict(sorted(idle.items()))
+
+
 def triggers_left(cluster: SimCluster) -> int:
     items, _ = cluster.store.list(sim_store.PODS, TRIGGERS_NS, copy_objects=False)
     return len(items)
@@ -736,6 +773,7 @@ class Outcome:
     why: Sequence[str] = ()
     triggers_created: int = 0
     trigger_gpus: Mapping[str, int] = field(default_factory=dict)
+    idle_gpu_nodes: Mapping[str, int] = field(default_factory=dict)
 
 
 def outcome(s: Side, pods: int, bound_after: float | None) -> Outcome:
@@ -774,6 +812,7 @@ def outcome(s: Side, pods: int, bound_after: float | None) -> Outcome:
         why_unbound(s.cluster, left),
         len(s.triggers.created),
         dict(sorted(trigger_gpus.items())),
+        idle_gpu_nodes(s.cluster),
     )
 
 
@@ -823,6 +862,10 @@ def print_outcomes(a: Outcome, b: Outcome, demand: Mapping[str, int], timeout: f
             else f"NOT within {timeout:.0f}s"
         )
 
+    def idle(o: Outcome) -> str:
+        count = sum(o.idle_gpu_nodes.values())
+        return f"{count} ({_models(o.idle_gpu_nodes)})" if count else "0"
+
     rows = [
         ("pods (demand written as)", f"{a.pods} sharing-layer", f"{b.pods} native whole-GPU"),
         ("pods bound / total", f"{a.bound}/{a.pods}", f"{b.bound}/{b.pods}"),
@@ -835,6 +878,7 @@ def print_outcomes(a: Outcome, b: Outcome, demand: Mapping[str, int], timeout: f
         ),
         ("GPUs bought per model", _models(a.gpus), _models(b.gpus)),
         ("GPUs bought", str(sum(a.gpus.values())), str(sum(b.gpus.values()))),
+        ("GPU nodes no workload pod is on", idle(a), idle(b)),
         ("instance types", _models(a.instance_types), _models(b.instance_types)),
         ("instance cost USD/hour", f"{a.cost:.4f}", f"{b.cost:.4f}"),
         ("trigger pods created", str(a.triggers_created), "-"),
