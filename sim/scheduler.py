@@ -72,6 +72,8 @@ Sharing layers, beyond `gpushare`:
 - KAI (`sim.kai`): binding a fractional pod first makes sure a reservation pod holds its
   GPU (one per shared GPU, in ``kai-resource-reservation``), and the kai-scheduler loop
   deletes reservation pods whose GPU group has no live pod left, as KAI's binder does.
+  KAI's pods never go to a HAMi node (`KAI_ON_HAMI`): HAMi's device plugin would not
+  give their GPUs a device.
 """
 
 from __future__ import annotations
@@ -212,6 +214,10 @@ def _quantities(raw: Mapping[str, Any] | None) -> dict[str, Decimal]:
     return out
 
 
+#: `_fit`'s reason for a KAI pod on a node running HAMi's device plugin.
+KAI_ON_HAMI: Final = "node runs HAMi's device plugin, which allocates GPUs only to HAMi's pods"
+
+
 def _fit(info: _PodInfo, node: _NodeInfo) -> _Status | None:
     """NodeResourcesFit (``fitsRequest``) then GPU device placement."""
     reasons: list[str] = []
@@ -232,6 +238,15 @@ def _fit(info: _PodInfo, node: _NodeInfo) -> _Status | None:
         # stops registering is unavailable: Project-HAMi/HAMi docs/develop/protocol.md);
         # a GPU node without HAMi's device plugin (see `sim.hami`) has none for it.
         return _Status(("NodeInsufficientDevice",), False)
+    if info.demand is not None and info.demand.layer == "kai" and node.hami:
+        # KAI holds a GPU with a pod that asks for nvidia.com/gpu (a reservation pod
+        # for fractions, the pod itself for whole GPUs). On a HAMi node that resource is
+        # HAMi's device plugin's, whose Allocate serves only the pod HAMi's scheduler
+        # assigned there (`GetPendingPod`, Project-HAMi/HAMi pkg/util/util.go: the pod
+        # annotated bind-phase "allocating" for this node) and fails any other. Real KAI
+        # would bind and the container never start; the sim refuses the node, so in
+        # both no KAI pod runs on a HAMi node.
+        return _Status((KAI_ON_HAMI,), False)
     if info.demand is not None and node.places_devices(info):
         placed = gpushare.place(info.demand, node.devices, node.gpu_used)
         if isinstance(placed, gpushare.NoFit):

@@ -13,7 +13,7 @@ import pytest
 from sim import gpushare, hami
 from sim import scheduler as sim_scheduler
 from sim.kubelet import SimKubelet
-from sim.scheduler import SimScheduler
+from sim.scheduler import KAI_ON_HAMI, SimScheduler
 from sim.store import EVENTS, NAMESPACES, NODES, PODS, Store
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
@@ -491,6 +491,7 @@ def test_identical_pods_share_a_verdict_only_until_the_next_bind(store: Store) -
 
 async def test_each_scheduler_name_is_its_own_loop(store: Store) -> None:
     add_node(store, "gpu-1", gpus=4, labels=dict(hami.NODE_SELECTOR))
+    add_node(store, "gpu-2", gpus=2)  # KAI's pods never go to a HAMi node
     scheduler = SimScheduler(store, resync_seconds=0.05)
     tasks = {name: asyncio.create_task(loop, name=name) for name, loop in scheduler.loops().items()}
     assert set(tasks) == {
@@ -514,7 +515,7 @@ async def test_each_scheduler_name_is_its_own_loop(store: Store) -> None:
         assert "nodeName" not in get(store, "half")["spec"]
         assert get(store, "half")["status"] == {}  # nobody looked at it
         tasks["kai-scheduler"] = asyncio.create_task(scheduler.run_loop("kai-scheduler"))
-        await until(lambda: get(store, "half")["spec"].get("nodeName") == "gpu-1")
+        await until(lambda: get(store, "half")["spec"].get("nodeName") == "gpu-2")
     finally:
         for task in tasks.values():
             task.cancel()
@@ -575,6 +576,28 @@ async def test_a_second_bind_of_a_bound_pod_fails(
         'binding default/web to n1 failed: Operation cannot be fulfilled on pods/binding "web": '
         'pod web is already assigned to node "n1"'
     ) in caplog.text
+
+
+@pytest.mark.parametrize(
+    "annotations,limits",
+    [
+        ({"gpu-fraction": "0.5"}, None),
+        ({"gpu-memory": "8000"}, None),
+        ({}, {"nvidia.com/gpu": "1"}),
+    ],
+    ids=["fraction", "memory", "whole"],
+)
+def test_kai_pods_never_go_to_a_node_running_hamis_device_plugin(
+    store: Store, annotations: dict[str, str], limits: dict[str, str] | None
+) -> None:
+    add_node(store, "hami-gpu", gpus=10, labels=dict(hami.NODE_SELECTOR))
+    add_pod(store, "kai", scheduler="kai-scheduler", annotations=annotations, limits=limits)
+    SimScheduler(store).schedule_once()
+    assert "nodeName" not in get(store, "kai")["spec"]
+    assert KAI_ON_HAMI in scheduled(store, "kai")["message"]
+    add_node(store, "plain-gpu", gpus=1)
+    SimScheduler(store).schedule_once()
+    assert get(store, "kai")["spec"]["nodeName"] == "plain-gpu"
 
 
 def test_hami_pods_go_only_to_nodes_running_hamis_device_plugin(store: Store) -> None:
