@@ -174,6 +174,11 @@ class ClusterState:
     def __init__(self, monotonic: Callable[[], float], expectation_seconds: float = 30.0) -> None:
         self._objects: dict[str, dict[Key, Obj]] = {kind: {} for kind in KINDS}
         self._expected: dict[str, dict[Key, _Expectation]] = {kind: {} for kind in KINDS}
+        #: Keys a watch's DELETED took out of the cache: (the event's resourceVersion,
+        #: monotonic deadline), so that the answer of a write applied before that
+        #: deletion but received after it does not bring the object back (`expect`).
+        #: Kept as long as an expectation would mask the cache.
+        self._gone: dict[str, dict[Key, tuple[str, float]]] = {kind: {} for kind in KINDS}
         self._monotonic = monotonic
         self._expectation_seconds = expectation_seconds
         #: Pods we were scaling up for that left the pending set (bound or deleted: the
@@ -279,6 +284,8 @@ class ClusterState:
         if event_type == "DELETED":
             if kind == NODECLAIMS:
                 self._note_lost(self._objects[kind].get(key) or obj)
+            if rv_gone := _rv(obj):
+                self._gone[kind][key] = (rv_gone, self._monotonic() + self._expectation_seconds)
             self._objects[kind].pop(key, None)
             self._expected[kind].pop(key, None)
             self._parsed[kind].pop(key, None)
@@ -287,6 +294,7 @@ class ClusterState:
                 self._note_left(key, obj)
             return
         self._objects[kind][key] = obj
+        self._gone[kind].pop(key, None)
         if kind == PENDING_PODS:
             self._left.pop(key, None)
         if (
@@ -343,13 +351,17 @@ class ClusterState:
         return len(self._view(kind))
 
     def expire_expectations(self) -> None:
-        """Drop expectations past their deadline (journalled as changes)."""
+        """Drop expectations past their deadline (journalled as changes), and the
+        deletions `expect` checks once as old."""
         now = self._monotonic()
         for kind, expectations in self._expected.items():
             for key in [k for k, e in expectations.items() if e.deadline < now]:
                 log.debug("expectation for %s %s/%s expired", kind, *key)
                 del expectations[key]
                 self._touch(kind, key)
+        for gone in self._gone.values():
+            for key in [k for k, (_, deadline) in gone.items() if deadline < now]:
+                del gone[key]
 
     def scheduled(self) -> list[ScheduledPod]:
         """Bound pods owed a final status, by key."""
@@ -509,11 +521,21 @@ class ClusterState:
         the watch already did (its event for this write, or a later one, came in before
         the write's answer), there is nothing to wait for: an expectation set then would
         hide every later event of the object until its deadline (a NodeClaim seen
-        Launched for 30 s after it was Ready, its trigger never removed)."""
+        Launched for 30 s after it was Ready, its trigger never removed). Likewise when
+        the watch took the object out at that version or a later one (a pending pod's
+        status write answered after the ``spec.nodeName=`` watch's DELETED for its
+        binding): the answer does not bring it back, which made the planner buy a
+        trigger for a pod already running."""
         key = key_of(obj)
         rv = _rv(obj)
         current = self._objects[kind].get(key)
-        if current is not None and _same_or_newer(_rv(current), rv):
+        gone = self._gone[kind].get(key)
+        if (current is not None and _same_or_newer(_rv(current), rv)) or (
+            current is None
+            and gone is not None
+            and gone[1] >= self._monotonic()
+            and _same_or_newer(gone[0], rv)
+        ):
             self._expected[kind].pop(key, None)
             self._touch(kind, key)
             return

@@ -107,6 +107,30 @@ def test_a_write_whose_event_came_first_masks_nothing() -> None:
     assert state.objects(TRIGGERS)[0]["metadata"]["resourceVersion"] == "b"
 
 
+def pending(name: str, rv: str) -> dict[str, object]:
+    return {"metadata": {"namespace": "ml", "name": name, "resourceVersion": rv}}
+
+
+def test_a_write_answered_after_the_object_left_the_watch_does_not_bring_it_back() -> None:
+    """A status write to a pending pod is applied (rv 8), the pod is bound (rv 9), and
+    the ``spec.nodeName=`` watch's DELETED for the binding (at rv 9, carrying the
+    previous object) comes in before the write's answer: the answer must not put the
+    bound pod back among the pending ones. Before, it did, for the expectation's 30 s,
+    and the planner bought a trigger for a pod that was running."""
+    clock = Clock()
+    state = ClusterState(clock, expectation_seconds=30)
+    state.replace(PENDING_PODS, [pending("p1", "5"), pending("p2", "5")])
+    state.apply(PENDING_PODS, "DELETED", pending("p1", "9"))  # the binding
+    state.expect(PENDING_PODS, pending("p1", "8"))  # our write's answer, last
+    assert [o["metadata"]["name"] for o in state.objects(PENDING_PODS)] == ["p2"]
+    assert state.pending_expectations() == 0
+    # A write answered after the pod left, but applied after that (a newer version),
+    # is the pod come back (deleted and created again by that name): it is seen.
+    state.apply(PENDING_PODS, "DELETED", pending("p2", "10"))
+    state.expect(PENDING_PODS, pending("p2", "12"))
+    assert [o["metadata"]["name"] for o in state.objects(PENDING_PODS)] == ["p2"]
+
+
 def test_deleted_object_stays_gone_and_expectations_expire() -> None:
     clock = Clock()
     state = ClusterState(clock, expectation_seconds=30)
