@@ -271,6 +271,30 @@ def gpu_need(intent: Intent) -> Decimal:
     return share if share < 1 else Decimal(1)
 
 
+def gpu_use(intent: Intent) -> Decimal:
+    """GPUs a pod found bound to a node takes of that node's GPUs (`ClusterState.used`,
+    the room behind NodeReady covers and free GPUs in `controller.capacity`): its
+    `gpu_need`, except for a pod that states GPU memory on several devices. Buying for
+    such a pod needs ``ceil(gpus)`` whole GPUs on one node (its vGPUs go to distinct
+    devices), but once bound it takes each device's memory share only, and other pods
+    share those devices: HAMi's ``Fit`` places each of a container's
+    ``nvidia.com/gpu`` vGPUs by ``nvidia.com/gpumem`` against a device's free memory
+    (pkg/device/nvidia/device.go), tensor-fusion each of ``gpu-count`` GPUs by its
+    ``vram-request``. So: ``ceil(gpus)`` x that memory's share of the card (at least
+    `HAMI_MIN_SHARE` for HAMi, at most one GPU), or ``ceil(gpus)`` when the card's
+    memory is unknown. Two tensor-fusion pods of two 10 GiB vGPUs on the same two L4
+    cards take 2 x 2 x 0.44 of the node's GPUs, not 2 x 2. Pure."""
+    if not intent.gpu_memory_mib or intent.gpus <= 1:
+        return gpu_need(intent)
+    devices = Decimal(math.ceil(intent.gpus))
+    if not intent.model_memory_mib:
+        return devices
+    share = Decimal(intent.gpu_memory_mib) / Decimal(intent.model_memory_mib)
+    if any(token.startswith("hami:") for token in intent.source):
+        share = max(share, HAMI_MIN_SHARE)
+    return devices * min(share, Decimal(1))
+
+
 def largest_need_first(pods: Iterable[PendingPod]) -> list[tuple[PendingPod, Decimal]]:
     """``pods`` with their `gpu_need` (GPUs), largest need first, then oldest, then by
     ref: the order packing (`controller.plan.pack`) and free-GPU placement

@@ -33,7 +33,7 @@ from controller.model import (
     RetryState,
     ScaleUpStatus,
     ScheduledPod,
-    gpu_need,
+    gpu_use,
     parse_node,
     parse_nodeclaim,
     parse_nodepool,
@@ -188,7 +188,7 @@ class ClusterState:
         self._bound: dict[Key, Obj] = {}
         #: NodeReady covers set when a trigger was deleted: pod -> (NodeClaim, when).
         self._covers: dict[Key, tuple[str, datetime]] = {}
-        #: GPUs (`controller.model.gpu_need`) of the pods we were scaling up for, by the node
+        #: GPUs (`controller.model.gpu_use`) of the pods we were scaling up for, by the node
         #: they were found bound to: what of a new node's GPUs they took.
         self._used: dict[str, Decimal] = {}
         #: The latest ``PodScheduled=True`` time of such a pod (`last_bind`).
@@ -438,7 +438,7 @@ class ClusterState:
         except IntentError:
             intent = None
         if intent is not None:
-            self._used[node] = self._used.get(node, Decimal(0)) + gpu_need(intent)
+            self._used[node] = self._used.get(node, Decimal(0)) + gpu_use(intent)
 
     def last_bind(self) -> datetime | None:
         """When a pod we were scaling up for was last bound (its ``PodScheduled=True``

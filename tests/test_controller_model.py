@@ -50,3 +50,31 @@ def test_gpu_need_reads_memory_as_a_share_of_the_named_card() -> None:
     fraction = ("kai:gpu-fraction",)
     assert gpu_need(Intent(Decimal("1.5"), "l4", None, None, fraction)) == Decimal("1.5")
     assert gpu_need(Intent(Decimal("0.25"), "l4", None, None, fraction)) == Decimal("0.25")
+
+
+def test_gpu_use_counts_a_bound_multi_device_pod_by_its_devices_memory_shares() -> None:
+    """Bound, a pod of several vGPUs that states memory takes each device's share, not
+    the whole GPUs buying for it needs: two such pods sharing two L4 cards once counted
+    4 GPUs on a 4-GPU node whose other two cards held eight quarter pods (6 of 4), so
+    the pods told NodeReady there lost their cover and got triggers nobody used."""
+    from decimal import Decimal
+
+    from controller.model import HAMI_MIN_SHARE, gpu_need, gpu_use
+    from gpu_intent.intent import Intent
+
+    l4, a10g = 23034, 22888  # MiB, the catalog's cards
+    tf = ("tensor-fusion:tensor-fusion.ai/gpu-count", "tensor-fusion:tensor-fusion.ai/vram-request")
+    two = Intent(Decimal(2), "l4", None, 10240, tf, l4)
+    assert gpu_need(two) == 2
+    assert gpu_use(two) == 2 * (Decimal(10240) / l4)
+    hami = ("hami:nvidia.com/gpu", "hami:nvidia.com/gpumem")
+    assert gpu_use(Intent(Decimal(2), "a10g", None, 10000, hami, a10g)) == 2 * (Decimal(10000) / a10g)
+    assert gpu_use(Intent(Decimal(3), "a10g", None, 500, hami, a10g)) == 3 * HAMI_MIN_SHARE
+    # More memory than the card has: a whole device each; the card unknown: the same.
+    assert gpu_use(Intent(Decimal(2), "a10g", None, 30000, hami, a10g)) == 2
+    assert gpu_use(Intent(Decimal(2), None, None, 10000, hami)) == 2
+    # One device, or no memory stated: what packing counts.
+    one = Intent(Decimal(1), "a10g", None, 6000, hami, a10g)
+    assert gpu_use(one) == gpu_need(one)
+    whole = Intent(Decimal(2), "l4", None, None, ("kai:gpu-fraction",))
+    assert gpu_use(whole) == gpu_need(whole) == 2
