@@ -227,6 +227,25 @@ _A100_40GB = _Gpu("a100", 40960, "NVIDIA-A100-SXM4-40GB", 40960, "ampere", (8, 0
 _H100 = _Gpu("h100", 81920, "NVIDIA-H100-80GB-HBM3", 81559, "hopper", (9, 0))
 
 
+_GPUS: Final = (_T4, _A10G, _L4, _L40S, _A100_40GB, _H100)
+
+
+def gpu_model(product: str) -> str:
+    """The short model name of a GFD product string: ``"NVIDIA-L40S"`` -> ``"l40s"``,
+    ``"Tesla-T4"`` -> ``"t4"``, ``"NVIDIA-A100-SXM4-80GB"`` -> ``"a100"`` (a variant of
+    this catalog's GPUs); another product lowercased without a leading ``nvidia-`` or
+    ``tesla-``. It is what tensor-fusion's GPU resources carry as ``status.gpuModel``
+    (its GPU info table: Model ``"L4"`` for full name ``"NVIDIA L4"``), compared
+    case-insensitively here."""
+    text = product.lower()
+    for gpu in _GPUS:
+        if gpu.product.lower() == text:
+            return gpu.name
+    for prefix in ("nvidia-", "tesla-"):
+        text = text.removeprefix(prefix)
+    return next((g.name for g in _GPUS if text.startswith(g.name + "-")), text)
+
+
 def _gpu_type(
     name: str,
     cpu: int,

@@ -43,6 +43,7 @@ from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any, Literal
 
 from gpu_intent.quantity import parse_quantity, to_mib
+from sim.catalog import gpu_model
 from sim.dra import runs_dra
 from sim.scheduling import pod_requests
 
@@ -139,16 +140,25 @@ class DeviceRequest:
 @dataclass(frozen=True, slots=True)
 class GpuDemand:
     """What one pod asks of a node's GPUs: per-container `DeviceRequest` s placed in
-    order, and device-type filters (lowercase substrings of the product)."""
+    order, and device-type filters: lowercase substrings of the product (HAMi's
+    ``use-gputype``, matched as substrings of the device type, so ``L4`` also takes an
+    ``L40S``), or with ``exact_model`` the model name itself (tensor-fusion's
+    ``GPUModelFilter`` keeps a GPU only when its ``status.gpuModel`` equals the pod's
+    ``gpu-model``: NexusGPU/tensor-fusion internal/gpuallocator/filter)."""
 
     layer: Layer
     requests: tuple[DeviceRequest, ...]
     use_types: tuple[str, ...] = ()
     nouse_types: tuple[str, ...] = ()
+    exact_model: bool = False
 
     def accepts(self, device: Device) -> bool:
         """Whether the type filters allow ``device`` (an unknown product fails a
         required type and passes an excluded one)."""
+        if self.exact_model:
+            return not self.use_types or (
+                device.product is not None and gpu_model(device.product) in self.use_types
+            )
         product = (device.product or "").lower()
         if self.use_types and not (device.product and any(t in product for t in self.use_types)):
             return False
@@ -258,6 +268,7 @@ def _tensor_fusion(pod: Mapping[str, Any]) -> GpuDemand | None:
         "tensor-fusion",
         (DeviceRequest(max(count, 1), memory_mib=memory, compute_fraction=fraction),),
         _types(annotations.get(TF_MODEL)),
+        exact_model=True,
     )
 
 

@@ -360,3 +360,37 @@ def test_karpenter_packs_kai_fractions_onto_the_whole_gpu_pods_nodeclaim() -> No
     assert nominated == {
         pod: f"Pod should schedule on: nodeclaim/{name}" for pod in ("trainer", "kai-a", "kai-b")
     }
+
+
+def test_hami_matches_gpu_types_as_substrings_and_tensor_fusion_its_model_exactly() -> None:
+    """HAMi's ``use-gputype: L4`` takes an L40S too (a substring of its type);
+    tensor-fusion's ``gpu-model: L4`` only an L4 (its GPUModelFilter compares the
+    GPU's model for equality). The sim once placed tensor-fusion L4 pods on L40S
+    cards, where the controller then counted them at an L4's share."""
+    l4, l40s = gpushare.Device(0, 23034, "NVIDIA-L4"), gpushare.Device(0, 46068, "NVIDIA-L40S")
+    meta = {"name": "p", "namespace": "default"}
+    hami_pod = {
+        "metadata": {**meta, "annotations": {"nvidia.com/use-gputype": "L4"}},
+        "spec": {
+            "schedulerName": "hami-scheduler",
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpumem": "8000"}}}],
+        },
+    }
+    tf_pod = {
+        "metadata": {
+            **meta,
+            "annotations": {
+                "tensor-fusion.ai/gpu-model": "L4",
+                "tensor-fusion.ai/vram-request": "8Gi",
+            },
+        },
+        "spec": {"schedulerName": "tensor-fusion-scheduler", "containers": [{"name": "c"}]},
+    }
+    hami_demand, tf_demand = gpushare.demand(hami_pod), gpushare.demand(tf_pod)
+    assert hami_demand is not None and tf_demand is not None
+    assert hami_demand.accepts(l4) and hami_demand.accepts(l40s)
+    assert tf_demand.accepts(l4) and not tf_demand.accepts(l40s)
+    assert not tf_demand.accepts(gpushare.Device(0, 23034, None))  # model unknown
+    a100_80gb = gpushare.Device(0, 81920, "NVIDIA-A100-SXM4-80GB")
+    tf_a100 = gpushare.GpuDemand("tensor-fusion", tf_demand.requests, ("a100",), exact_model=True)
+    assert tf_a100.accepts(a100_80gb) and not tf_demand.accepts(a100_80gb)
