@@ -262,13 +262,23 @@ def gpu_need(intent: Intent) -> Decimal:
         return gpus
     if gpus > 1:
         return Decimal(math.ceil(gpus))
-    if not intent.model_memory_mib:
+    card = _card_share(intent)
+    if card is None:
         return Decimal(1)
     stated = gpus if SHARE_SOURCES.intersection(intent.source) else Decimal(0)
-    share = max(stated, Decimal(intent.gpu_memory_mib) / Decimal(intent.model_memory_mib))
+    return min(max(stated, card), Decimal(1))
+
+
+def _card_share(intent: Intent) -> Decimal | None:
+    """The share of one card the intent's GPU memory (MiB per GPU) takes: at least
+    `HAMI_MIN_SHARE` for HAMi, at most one GPU; None when no memory is stated or the
+    card's memory is unknown. Pure."""
+    if not intent.gpu_memory_mib or not intent.model_memory_mib:
+        return None
+    share = Decimal(intent.gpu_memory_mib) / Decimal(intent.model_memory_mib)
     if any(token.startswith("hami:") for token in intent.source):
         share = max(share, HAMI_MIN_SHARE)
-    return share if share < 1 else Decimal(1)
+    return min(share, Decimal(1))
 
 
 def gpu_use(intent: Intent) -> Decimal:
@@ -287,12 +297,8 @@ def gpu_use(intent: Intent) -> Decimal:
     if not intent.gpu_memory_mib or intent.gpus <= 1:
         return gpu_need(intent)
     devices = Decimal(math.ceil(intent.gpus))
-    if not intent.model_memory_mib:
-        return devices
-    share = Decimal(intent.gpu_memory_mib) / Decimal(intent.model_memory_mib)
-    if any(token.startswith("hami:") for token in intent.source):
-        share = max(share, HAMI_MIN_SHARE)
-    return devices * min(share, Decimal(1))
+    card = _card_share(intent)
+    return devices if card is None else devices * card
 
 
 def largest_need_first(pods: Iterable[PendingPod]) -> list[tuple[PendingPod, Decimal]]:
