@@ -12,7 +12,17 @@ from __future__ import annotations
 
 import argparse
 
-from bench import burst, controller_rss, cost, faults, planner, scaleup_time, steady, webhook
+from bench import (
+    burst,
+    controller_rss,
+    cost,
+    faults,
+    planner,
+    scaleup_time,
+    steady,
+    webhook,
+    webhook_bodies,
+)
 
 #: ``--scale`` of the time benchmark in a full run: the EKS-like delays themselves
 #: (NodeClaim Ready about 60 s after creation), as the issue's time target states them.
@@ -35,6 +45,8 @@ def main() -> None:
     args = parser.parse_args()
     print("== webhook ==")
     webhook.run()
+    print("\n== webhook: hostile bodies up to 7 MiB (bench/webhook_bodies.py) ==")
+    webhook_bodies.run()
     print("\n== planner ==")
     planner.run()
     steady.run()

@@ -67,6 +67,10 @@ MANAGED_BY_VALUE = "gpu-intent"
 
 #: Most GPUs one pod may ask for; more is a typo or an attack on the annotation.
 MAX_GPUS = Decimal(10_000)
+#: Largest MiB count a ``gpu-memory`` or ``model-memory`` annotation holds: twelve
+#: decimal digits, the wire format's bound (about 0.9 EiB per GPU, far past any GPU). The
+#: webhook leaves out a larger value it reads, so every intent it writes reads back.
+MAX_MIB = 10**12 - 1
 #: A label value (k8s.io/apimachinery validation.IsValidLabelValue): the model goes
 #: into a trigger's node selector, so it must be one.
 _LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
@@ -127,12 +131,9 @@ class Intent:
             raise IntentError(f"model {self.model!r} is not a valid label value")
         if self.pool is not None and not _POOL_NAME.match(self.pool):
             raise IntentError(f"pool {self.pool!r} is not a valid NodePool name")
-        if self.gpu_memory_mib is not None and self.gpu_memory_mib <= 0:
-            raise IntentError(f"gpu-memory must be a positive MiB count, got {self.gpu_memory_mib}")
-        if self.model_memory_mib is not None and self.model_memory_mib <= 0:
-            raise IntentError(
-                f"model-memory must be a positive MiB count, got {self.model_memory_mib}"
-            )
+        for key, mib in (("gpu-memory", self.gpu_memory_mib), ("model-memory", self.model_memory_mib)):
+            if mib is not None:
+                check_mib(mib, key)
         for token in self.source:
             if "," in token or not token:
                 raise IntentError(f"source token {token!r} must be non-empty and comma-free")
@@ -186,14 +187,27 @@ class Intent:
         )
 
 
+def check_mib(mib: int, where: str) -> int:
+    """``mib`` if it is a MiB count the contract holds, 1 to `MAX_MIB`; the one bound
+    both the webhook's readers and `Intent.from_annotations` apply.
+
+    Raises:
+        IntentError: ``mib`` is 0, negative or over `MAX_MIB`; the message starts with
+            ``where`` (the field read).
+    """
+    if not 0 < mib <= MAX_MIB:
+        raise IntentError(f"{where}: {mib} MiB is out of range (1 to {MAX_MIB})")
+    return mib
+
+
 def _mib(annotations: Mapping[str, str], key: str) -> int | None:
-    """Annotation ``key`` as a MiB count (ASCII digits, at most 12), None when absent."""
+    """Annotation ``key`` as a MiB count (ASCII digits, 1 to `MAX_MIB`), None when absent."""
     raw = annotations.get(key)
     if raw is None:
         return None
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 12:
+    if not isinstance(raw, str) or not raw.isascii() or not raw.isdigit() or len(raw) > 12:
         raise IntentError(f"{key}={raw!r} is not a MiB count")
-    return int(raw)
+    return check_mib(int(raw), key)
 
 
 def parse_gpus(raw: str) -> Decimal:

@@ -25,6 +25,7 @@ from decimal import Decimal, InvalidOperation, localcontext
 from typing import Final
 
 from gpu_intent.intent import IntentError
+from gpu_intent.text import show
 
 __all__ = ["MAX_EXPONENT", "parse_count", "parse_quantity", "quantity_or_reason", "to_mib"]
 
@@ -53,12 +54,6 @@ _MEMO_SIZE: Final = 1024
 _MEMO_TEXT: Final = 2 * _MAX_TEXT
 #: String -> `_parse` of it (the Decimal, or the error after the field).
 _MEMO: Final[dict[str, Decimal | str]] = {}
-
-
-def _show(value: object) -> str:
-    """A short repr of a user-supplied value for an error message."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def parse_quantity(value: str | int | float, field: str) -> Decimal:
@@ -108,7 +103,7 @@ def quantity_or_reason(value: object) -> Decimal | str:
                 _MEMO[value] = found
         return found
     if isinstance(value, bool) or not isinstance(value, str | int | float):
-        return f"{_show(value)} is not a quantity"
+        return f"{show(value)} is not a quantity"
     return _parse(value)
 
 
@@ -119,14 +114,14 @@ def _parse(value: str | int | float) -> Decimal | str:
     if not text:
         return "empty quantity"
     if len(text) > _MAX_TEXT:
-        return f"quantity {_show(text)} is too long"
+        return f"quantity {show(text)} is too long"
     match = _QUANTITY_RE.fullmatch(text)
     if match is None:
-        return f"{_show(text)} is not a Kubernetes quantity"
+        return f"{show(text)} is not a Kubernetes quantity"
     try:
         number = Decimal(match["number"])
     except InvalidOperation:  # pragma: no cover - the regex admits only digits
-        return f"{_show(text)} is not a Kubernetes quantity"
+        return f"{show(text)} is not a Kubernetes quantity"
     with localcontext() as ctx:
         ctx.prec = 80
         if match["binary"] is not None:
@@ -143,10 +138,10 @@ def _parse(value: str | int | float) -> Decimal | str:
             if abs(exponent) > _MAX_SHIFT or (
                 number and abs(number.adjusted() + exponent) > MAX_EXPONENT
             ):
-                return f"quantity {_show(text)} is out of range"
+                return f"quantity {show(text)} is out of range"
             scaled = number.scaleb(exponent)
     if scaled and scaled.adjusted() > MAX_EXPONENT:
-        return f"quantity {_show(text)} is out of range"
+        return f"quantity {show(text)} is out of range"
     return scaled
 
 

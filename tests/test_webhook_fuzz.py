@@ -3,9 +3,12 @@
 `review()` directly for volume, and a subset through the real server over TLS. For every
 input: no exception but `MalformedReview` (an HTTP 4xx with a reason through the server),
 never a 5xx, never an error or traceback in the log, every answer a valid v1
-AdmissionReview that allows the pod, and every patch only ``add`` operations under
-``metadata.annotations`` that apply (with ``jsonpatch``) to the object, change nothing
-else, give the same pod when applied twice, and leave nothing to patch on reinvocation.
+AdmissionReview that allows the pod, and every patch only operations under
+``metadata.annotations`` (``add``, or ``remove`` of a user's ``gpu-intent.io/`` intent
+annotation the intent drops) that apply (with ``jsonpatch``) to the object, change
+nothing else, give the same pod when applied twice if they only add, leave nothing to
+patch on reinvocation, and leave intent annotations that `Intent.from_annotations` reads
+back as the intent written.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from prometheus_client import CollectorRegistry
 from webhook_strategies import bodies, captured_variants, reviews
 
 from certs import write_tls_files
+from gpu_intent.intent import INTENT_ANNOTATIONS, Intent
 from webhook.review import MAX_WARNING, MalformedReview, admit, review
 from webhook.server import make_app, ssl_context, start
 
@@ -70,18 +74,27 @@ def check_answer(body: Any, answer: Any) -> str | None:
     ops = json.loads(base64.b64decode(response["patch"], validate=True))
     assert isinstance(ops, list) and ops
     for op in ops:
-        assert op["op"] == "add"
         assert op["path"] == "/metadata" or op["path"] == "/metadata/annotations" or op[
             "path"
         ].startswith("/metadata/annotations/")
+        # an add, or the removal of an intent annotation the user set and the intent drops
+        assert op["op"] == "add" or (
+            op["op"] == "remove" and op["path"].startswith("/metadata/annotations/gpu-intent.io~1")
+        )
     pod = body["request"]["object"]
     before = copy.deepcopy(pod)
     patched = jsonpatch.JsonPatch(ops).apply(pod)  # validates and applies
     assert pod == before  # apply did not touch the input
-    assert jsonpatch.JsonPatch(ops).apply(patched) == patched  # idempotent
+    if all(op["op"] == "add" for op in ops):
+        assert jsonpatch.JsonPatch(ops).apply(patched) == patched  # idempotent
     assert _without_annotations(patched) == _without_annotations(before)  # only annotations
     assert patched["metadata"]["annotations"]["gpu-intent.io/intent-version"] == "v1"
-    written = [op["value"] for op in ops if op["path"].startswith("/metadata/annotations/")]
+    # the controller reads back exactly the intent written (one contract, both sides)
+    read = Intent.from_annotations(patched["metadata"]["annotations"])
+    assert read is not None and read.to_annotations() == {
+        k: v for k, v in patched["metadata"]["annotations"].items() if k in INTENT_ANNOTATIONS
+    }
+    written = [op["value"] for op in ops if op["op"] == "add" and op["path"].startswith("/metadata/annotations/")]
     written += [v for op in ops if op["path"] == "/metadata/annotations" for v in op["value"].values()]
     written += [v for op in ops if op["path"] == "/metadata" for v in op["value"]["annotations"].values()]
     assert written and all(isinstance(v, str) for v in written)  # annotation values are strings
@@ -102,6 +115,11 @@ def _check_review(body: Any) -> None:
     assert admission.outcome != "internal_error", admission.detail
     assert body == before  # the review did not touch its input
     check_answer(body, admission.response)
+    if admission.outcome == "patched":
+        pod = jsonpatch.JsonPatch(
+            json.loads(base64.b64decode(admission.response["response"]["patch"]))
+        ).apply(body["request"]["object"])
+        assert Intent.from_annotations(pod["metadata"]["annotations"]) == admission.intent
 
 
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])

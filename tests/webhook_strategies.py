@@ -23,7 +23,8 @@ ANNOTATION_KEYS = [
     "tensor-fusion.ai/gpu-model", "tensor-fusion.ai/gpu-count",
     "tensor-fusion.ai/tflops-request", "tensor-fusion.ai/vram-request",
     "tensor-fusion.ai/compute-percent-request", "gpu-intent.io/intent-version",
-    "gpu-intent.io/gpus", "gpu-intent.io/model", "a~b/c", "",
+    "gpu-intent.io/gpus", "gpu-intent.io/model", "gpu-intent.io/pool", "gpu-intent.io/gpu-memory",
+    "gpu-intent.io/model-memory", "gpu-intent.io/source", "a~b/c", "",
 ]  # fmt: skip
 LABEL_KEYS = [
     "tensor-fusion.ai/enabled", "gpu-intent.io/trigger", "app.kubernetes.io/managed-by",
@@ -56,7 +57,10 @@ json_values = st.recursive(
 #: anything JSON can say.
 sane = st.sampled_from(["1", "0.5", "2", "3000", "30", "true", "A100", "NVIDIA-L4", "l40s",
                         "gpu-standard", "gpu-intent", "20Gi", "0.25"])  # fmt: skip
-hostile = st.sampled_from(["0e9999999", "1e40", "-1", "0", "", "1e-40", "NaN", "Infinity"])
+hostile = st.sampled_from([
+    "0e9999999", "1e40", "-1", "0", "", "1e-40", "NaN", "Infinity", "10000000000000", "1Ei",
+    "Bad_Pool!", "${GPU_TYPE}", "a,,b",
+])  # fmt: skip
 values = st.one_of(sane, sane, sane, quantities, hostile, json_values)
 strings = st.one_of(
     quantities, st.sampled_from(["true", "A100,H100", "gpu-intent", "0.25"]), st.text(max_size=10)

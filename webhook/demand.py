@@ -15,14 +15,16 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any, Final
 
-from gpu_intent.intent import IntentError, format_gpus
+from gpu_intent.intent import IntentError, check_mib, format_gpus
 from gpu_intent.quantity import quantity_or_reason, to_mib
+from gpu_intent.text import show
 
 __all__ = [
     "AMD_GPU_RESOURCE",
     "GPU_RESOURCE",
     "HAMI_NOUSE_GPUTYPE",
     "HAMI_USE_GPUTYPE",
+    "MAX_CONTAINERS",
     "MAX_WARNING",
     "TF_GPUPOOL",
     "TF_GPU_MODEL",
@@ -67,17 +69,15 @@ _LAYERS: Final = ("hami", "kai", "tensor-fusion", "resources")
 
 #: Longest warning text: 120 characters once the webhook puts ``gpu-intent: `` before it.
 MAX_WARNING: Final = 108
+#: Most containers (and, apart, init containers) of a pod inference reads; a pod with more
+#: gets no intent (a warning says why). Real pods have a handful; the bound keeps a
+#: review's work small however large the pod.
+MAX_CONTAINERS: Final = 256
 
 #: One container's demand: ``(kind, index, container)`` -> GPUs.
 _PerContainer = Callable[[str, int, Mapping[str, Any]], Decimal]
 _ZERO: Final = Decimal(0)
 _ONE: Final = Decimal(1)
-
-def show(value: object) -> str:
-    """A short repr of a user-supplied value for an error message."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
 
 def brief(token: str) -> str:
     """A source token for a warning: ``nodeSelector:karpenter.k8s.aws/instance-gpu-name``
@@ -129,12 +129,19 @@ def _path(kind: str, index: int) -> str:
 
 
 def _containers(spec: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
-    """The containers of ``spec[kind]`` (``containers``/``initContainers``), each a mapping."""
+    """The containers of ``spec[kind]`` (``containers``/``initContainers``), each a mapping.
+
+    Raises:
+        IntentError: not a list, an item not an object, or more than `MAX_CONTAINERS`
+            items (a pod's demand is the sum over all of them, so none may be skipped).
+    """
     raw = spec.get(kind)
     if raw is None:
         return []
     if not isinstance(raw, list):
         raise IntentError(f"spec.{kind} must be a list, got {type(raw).__name__}")
+    if len(raw) > MAX_CONTAINERS:
+        raise IntentError(f"spec.{kind} has {len(raw)} items; gpu-intent reads at most {MAX_CONTAINERS}")
     return [c if type(c) is dict else as_mapping(c, _path(kind, i)) for i, c in enumerate(raw)]
 
 
@@ -311,7 +318,8 @@ def _hami(pod: _Containers, explain: bool) -> Demand | None:
                 used.add(key)
         gpumem = _quantity(res, HAMI_GPUMEM)
         if gpumem is not None and gpumem > 0:
-            mib = int(gpumem.to_integral_value(rounding=ROUND_CEILING))  # already MiB
+            mib = check_mib(int(gpumem.to_integral_value(rounding=ROUND_CEILING)),  # already MiB
+                            res.where(HAMI_GPUMEM))  # fmt: skip
             used.add(HAMI_GPUMEM)
             memory = max(memory or 0, mib)
         share = max(shares, default=_ONE)
@@ -467,6 +475,7 @@ def _tensor_fusion(
         memory = to_mib(_string(annotations[TF_VRAM_REQUEST], where), where)
         if memory <= 0:
             raise IntentError(f"{where}: {show(annotations[TF_VRAM_REQUEST])} must be > 0")
+        check_mib(memory, where)
         source.append(token(TF_VRAM_REQUEST))
     if not source:  # the demand is the defaults: name what switched tensor-fusion on
         for key in (TF_TFLOPS_REQUEST, TF_GPU_MODEL):

@@ -64,6 +64,7 @@ if TYPE_CHECKING:  # imported when a selector is first read: the webhook never r
 
 __all__ = [
     "DEVICE_CLASSES",
+    "MAX_POD_CLAIMS",
     "CanServe",
     "ClaimDemand",
     "ClaimSource",
@@ -86,6 +87,9 @@ _KINDS: Final = ("gpu", "mig")
 _DRIVERS: Final = {"nvidia": "gpu.nvidia.com", "amd": "gpu.amd.com"}
 #: Kubernetes' limit on one CEL selector (resource/v1 ``CELSelectorExpressionMaxLength``).
 MAX_EXPRESSION: Final = 10 * 1024
+#: Most ``spec.resourceClaims`` entries (and recorded claim statuses) of a pod read; a pod
+#: with more gets no intent. Real pods name a few claims; the bound keeps a review small.
+MAX_POD_CLAIMS: Final = 128
 _PROFILE: Final = re.compile(r"\b(\d{1,2})g\.(\d{1,4})gb(?:\+me)?\b")
 _MIB: Final = 1024 * 1024
 
@@ -194,8 +198,9 @@ def pod_claims(pod: Mapping[str, Any]) -> tuple[PodClaim, ...]:
 
     Raises:
         IntentError: a field is not of its type, an entry has no ``name``, or names both or
-            neither of ``resourceClaimName`` and ``resourceClaimTemplateName``; the
-            message names the field (``spec.resourceClaims[0].name``).
+            neither of ``resourceClaimName`` and ``resourceClaimTemplateName``, or either
+            list has more than `MAX_POD_CLAIMS` items; the message names the field
+            (``spec.resourceClaims[0].name``).
     """
     if not isinstance(pod, Mapping):
         raise IntentError(f"pod must be an object, got {type(pod).__name__}")
@@ -206,6 +211,9 @@ def pod_claims(pod: Mapping[str, Any]) -> tuple[PodClaim, ...]:
     recorded: dict[str, str | None] = {}
     status = _mapping(pod.get("status"), "status")
     statuses = _list(status.get("resourceClaimStatuses"), "status.resourceClaimStatuses")
+    for where, items in (("spec.resourceClaims", entries), ("status.resourceClaimStatuses", statuses)):
+        if len(items) > MAX_POD_CLAIMS:
+            raise IntentError(f"{where} has {len(items)} items; gpu-intent reads at most {MAX_POD_CLAIMS}")
     for i, item in enumerate(statuses):
         where = f"status.resourceClaimStatuses[{i}]"
         item = _mapping(item, where)

@@ -53,7 +53,8 @@ a warning; the rest of the intent stands.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Context, Decimal
 from typing import Any, Final, NamedTuple, TypeGuard
@@ -65,6 +66,7 @@ from gpu_intent.intent import (
     ANNOTATION_MODEL,
     ANNOTATION_POOL,
     MAX_GPUS,
+    MAX_MIB,
     Intent,
     IntentError,
     format_gpus,
@@ -92,9 +94,14 @@ from webhook.dra import DEVICE_CLASSES, CanServe, ClaimSource, claim_demand, pod
 __all__ = [
     "FAMILY_LABELS",
     "INSTANCE_TYPE_LABELS",
+    "MAX_EXPRESSIONS",
+    "MAX_LIST_ENTRIES",
+    "MAX_NAME_LENGTH",
     "MAX_WARNING",
     "MODEL_LABELS",
     "NODEPOOL_LABEL",
+    "Budget",
+    "DeadlineExceeded",
     "Inference",
     "Reason",
     "canonical_model",
@@ -150,6 +157,70 @@ _REQUIRED: Final = "requiredDuringSchedulingIgnoredDuringExecution"
 #: `_round`'s arithmetic: 40 digits, whatever the caller's context.
 _ROUNDING: Final = Context(prec=40)
 
+#: Most entries read from one list: a comma list annotation (``nvidia.com/use-gputype``)
+#: or the ``In``/``NotIn`` values of one key over all required node selector terms. The
+#: rest is ignored, with a warning. Real pods list a few GPU names and at most a few dozen
+#: instance types; the bound keeps a review's work linear and small whatever the pod says.
+MAX_LIST_ENTRIES: Final = 128
+#: Most ``matchExpressions`` read over all required node selector terms (a warning says
+#: when more were ignored).
+MAX_EXPRESSIONS: Final = 256
+#: Longest GPU or instance name read, in characters (a label value holds 63, a qualified
+#: name 253); a longer entry is ignored with a warning.
+MAX_NAME_LENGTH: Final = 253
+#: Keys of the pod's node constraints inference reads: GPU-name labels, instance types
+#: and families, and the NodePool label.
+_CONSTRAINT_KEYS: Final = (*_MODEL_KEY_ORDER, NODEPOOL_LABEL)
+
+
+
+class DeadlineExceeded(Exception):
+    """A review spent more than its `Budget`: the caller answers without an intent.
+
+    Attributes:
+        stage: the step of `infer` that found the budget spent (``"demand"``, ``"model"``).
+        spent: CPU seconds the review had used then.
+    """
+
+    def __init__(self, stage: str, spent: float) -> None:
+        super().__init__(f"inference took over its budget ({spent * 1000:.0f} ms of CPU by {stage})")
+        self.stage = stage
+        self.spent = spent
+
+
+class Budget:
+    """CPU time one review may spend in `infer`, checked between its steps.
+
+    Inference is linear in the pod with bounded lists (`MAX_LIST_ENTRIES`), so a review
+    takes well under a millisecond; the budget is the backstop for what those bounds do
+    not foresee, so one pod cannot hold the webhook's single event loop (every other
+    review waits behind it, past the apiserver's ``timeoutSeconds``). ``clock`` defaults
+    to the calling thread's CPU time (`time.thread_time`), so time the process spends
+    preempted by others is not charged to the review.
+
+    Args:
+        seconds: the budget, > 0.
+        clock: a monotonic clock in seconds (tests pass one they advance).
+
+    Raises:
+        ValueError: ``seconds`` is not > 0.
+    """
+
+    __slots__ = ("_clock", "_started", "seconds")
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.thread_time) -> None:
+        if not seconds > 0:
+            raise ValueError(f"a review budget must be > 0 seconds, got {seconds!r}")
+        self.seconds = seconds
+        self._clock = clock
+        self._started = clock()
+
+    def check(self, stage: str) -> None:
+        """Raise `DeadlineExceeded` when more than ``seconds`` have passed since the
+        budget was made; ``stage`` names the step just finished."""
+        spent = self._clock() - self._started
+        if spent > self.seconds:
+            raise DeadlineExceeded(stage, spent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,15 +296,52 @@ def _is_mapping(value: object) -> TypeGuard[Mapping[str, Any]]:
     return type(value) is dict or isinstance(value, Mapping)
 
 
+def _bounded(
+    values: Sequence[object], where: str, warnings: list[str], limit: int = MAX_LIST_ENTRIES
+) -> list[str]:
+    """The first ``limit`` entries of ``values`` that are non-empty strings of at most
+    `MAX_NAME_LENGTH` characters, stripped; a warning for the entries past ``limit`` and
+    one for the first too-long entry. Looks at no more than ``limit`` entries."""
+    if len(values) > limit:
+        warnings.append(short(f"{where}: read the first {limit} of {len(values)} entries; the rest ignored"))
+        values = values[:limit]
+    out: list[str] = []
+    too_long = 0
+    for value in values:
+        if isinstance(value, str) and (text := value.strip()):
+            if len(text) <= MAX_NAME_LENGTH:
+                out.append(text)
+            else:
+                too_long += 1
+    if too_long:
+        warnings.append(short(
+            f"{where}: {too_long} entries longer than {MAX_NAME_LENGTH} characters ignored"
+        ))
+    return out
+
+
+def _comma_list(raw: str, where: str, warnings: list[str]) -> list[str]:
+    """The entries of a comma list annotation, `_bounded`: the split itself stops after
+    `MAX_LIST_ENTRIES` entries, so a list of a million names costs what 128 do."""
+    return _bounded(raw.split(",", MAX_LIST_ENTRIES), where, warnings)
+
+
 def _constraints(spec: Mapping[str, Any], warnings: list[str]) -> _Constraints:
     """``spec.nodeSelector`` and the ``In``/``NotIn`` expressions of ``spec.affinity.
     nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms``
-    (values of a key in term order). A malformed part is skipped with a warning."""
+    (values of a key in term order), for the keys inference reads (`_CONSTRAINT_KEYS`).
+
+    Bounded: at most `MAX_EXPRESSIONS` expressions (an empty term counts as one) and
+    `MAX_LIST_ENTRIES` values per key are read, with a warning for the rest; the selector
+    is looked up by those keys, not walked. A malformed part is skipped with a warning.
+    """
     out = _Constraints()
     selector = spec.get("nodeSelector")
     if _is_mapping(selector):
-        out.selector = {k: v.strip() for k, v in selector.items()
-                        if isinstance(k, str) and isinstance(v, str) and v.strip()}  # fmt: skip
+        for key in _CONSTRAINT_KEYS:
+            value = selector.get(key)
+            if isinstance(value, str) and (text := value.strip()):
+                out.selector[key] = text
     elif selector is not None:
         warnings.append(short("spec.nodeSelector is not an object; ignored"))
     affinity = spec.get("affinity")
@@ -247,23 +355,43 @@ def _constraints(spec: Mapping[str, Any], warnings: list[str]) -> _Constraints:
     if not isinstance(terms, list):
         warnings.append(short(f"spec.affinity.nodeAffinity.{_REQUIRED}.nodeSelectorTerms is not a list; ignored"))
         return out
+    left = MAX_EXPRESSIONS
     for term in terms:
         exprs = term.get("matchExpressions") if _is_mapping(term) else None
-        for expr in exprs if isinstance(exprs, list) else ():
-            if not _is_mapping(expr):
-                continue
-            operator = expr.get("operator")
-            target = out.in_values if operator == "In" else out.not_in if operator == "NotIn" \
-                else None  # fmt: skip
-            key = expr.get("key")
-            if target is None or not isinstance(key, str):
-                continue
-            values = expr.get("values")
-            values = [v.strip() for v in values if isinstance(v, str) and v.strip()] \
-                if isinstance(values, list) else []  # fmt: skip
-            if values:
-                target.setdefault(key, []).extend(values)
+        exprs = exprs if isinstance(exprs, list) and exprs else [None]
+        if len(exprs) > left:  # past the bound: read what fits, then stop
+            for expr in exprs[:left]:
+                _read_expression(expr, out, warnings)
+            warnings.append(short(
+                f"nodeAffinity: read the first {MAX_EXPRESSIONS} match expressions; the rest ignored"
+            ))
+            break
+        left -= len(exprs)
+        for expr in exprs:
+            _read_expression(expr, out, warnings)
     return out
+
+
+def _read_expression(expr: object, out: _Constraints, warnings: list[str]) -> None:
+    """Add one ``matchExpressions`` item to ``out`` when it is an ``In`` or ``NotIn`` on a
+    key of `_CONSTRAINT_KEYS`, at most `MAX_LIST_ENTRIES` values per key in all."""
+    if not _is_mapping(expr):
+        return
+    operator = expr.get("operator")
+    target = out.in_values if operator == "In" else out.not_in if operator == "NotIn" else None
+    key = expr.get("key")
+    if target is None or key not in _CONSTRAINT_KEYS:
+        return
+    values = expr.get("values")
+    if not isinstance(values, list):
+        return
+    held = target.setdefault(key, [])
+    room = MAX_LIST_ENTRIES - len(held)
+    if room <= 0:
+        return
+    held.extend(_bounded(values, f"nodeAffinity {key} {operator}", warnings, room))
+    if not held:
+        del target[key]
 
 
 # --- the model ---------------------------------------------------------------------------
@@ -352,12 +480,13 @@ def _instance(raw: str, catalog: Catalog, family: bool) -> _Named | None:
     return _Named(match, raw, found.count, found.name, note)
 
 
-def _unique(names: list[_Named]) -> list[_Named]:
-    out: list[_Named] = []
+def _unique(names: Sequence[_Named]) -> list[_Named]:
+    """``names`` without repeats of a GPU and GPUs per instance, the first kept, in order
+    (one dict pass: linear in the list)."""
+    out: dict[tuple[GpuMatch, int | None], _Named] = {}
     for n in names:
-        if not any((o.match is n.match or o.match == n.match) and o.per_instance == n.per_instance for o in out):
-            out.append(n)
-    return out
+        out.setdefault((n.match, n.per_instance), n)
+    return list(out.values())
 
 
 def _model_sources(
@@ -382,7 +511,7 @@ def _model_sources(
             sources.append(_ModelSource(token, _unique(names)))
 
     if user is not None:
-        add(f"user:{ANNOTATION_MODEL}", [user])
+        add(f"user:{ANNOTATION_MODEL}", _bounded([user], ANNOTATION_MODEL, warnings))
     # Label, then instance type, then family keys; in each, nodeSelector before affinity,
     # keys in their tuple's order. Only the pod's own keys are looked up (usually 0-3).
     found: list[tuple[tuple[int, int, int], str, str, list[str]]] = []
@@ -403,7 +532,7 @@ def _model_sources(
     for key, token in ((HAMI_USE_GPUTYPE, "hami"), (TF_GPU_MODEL, "tensor-fusion")):
         raw = annotations.get(key)
         if isinstance(raw, str):
-            add(f"{token}:{key}", [e.strip() for e in raw.split(",") if e.strip()])
+            add(f"{token}:{key}", _comma_list(raw, key, warnings))
     return sources
 
 
@@ -424,18 +553,27 @@ def _denied(name: _Named, deny: list[tuple[str, str]]) -> str | None:
 
 
 def _model_deny(
-    constraints: _Constraints, annotations: Mapping[str, Any], catalog: Catalog
+    constraints: _Constraints, annotations: Mapping[str, Any], catalog: Catalog,
+    warnings: list[str],
 ) -> list[tuple[str, str]]:
-    deny: list[tuple[str, str]] = []
+    """The exclusions, ``(token, spelling)``, each spelling once (its first token), at most
+    `MAX_LIST_ENTRIES` in all (a warning for the rest): HAMi ``nouse-gputype`` entries,
+    then affinity ``NotIn`` values on GPU-name labels."""
+    deny: dict[str, str] = {}  # spelling -> token
     raw = annotations.get(HAMI_NOUSE_GPUTYPE)
     if isinstance(raw, str):
-        deny += [(f"hami:{HAMI_NOUSE_GPUTYPE}", normalize(e)) for e in raw.split(",") if e.strip()]
+        for entry in _comma_list(raw, HAMI_NOUSE_GPUTYPE, warnings):
+            deny.setdefault(normalize(entry), f"hami:{HAMI_NOUSE_GPUTYPE}")
     for key in MODEL_LABELS if constraints.not_in else ():
         for value in constraints.not_in.get(key, []):
             found = catalog.lookup(value)
-            deny.append((f"nodeAffinity:{key}", found.gpu.id if found and found.gpu else
-                         (found.model if found else normalize(value))))  # fmt: skip
-    return deny
+            deny.setdefault(found.gpu.id if found and found.gpu else
+                            (found.model if found else normalize(value)), f"nodeAffinity:{key}")  # fmt: skip
+    if len(deny) > MAX_LIST_ENTRIES:
+        warnings.append(short(
+            f"model: read the first {MAX_LIST_ENTRIES} of {len(deny)} exclusions; the rest ignored"
+        ))
+    return [(token, entry) for entry, token in list(deny.items())[:MAX_LIST_ENTRIES]]
 
 
 @dataclass(slots=True)
@@ -462,15 +600,20 @@ def _choose_model(
     primary = sources[0]
     tokens = [primary.token]
     candidates = list(primary.names)
-    refused = [n for n in candidates if _denied(n, deny)] if deny else []
-    if refused:
-        tokens.append(_denied(refused[0], deny) or "")
-        candidates = [n for n in candidates if n not in refused]
+    verdicts = [(n, _denied(n, deny)) for n in candidates] if deny else []
+    refused = next((token for _, token in verdicts if token), None)
+    if refused is not None:
+        tokens.append(refused)
+        candidates = [n for n, token in verdicts if token is None]
         if not candidates:
             warnings.append(short(f"model: left out, {brief(tokens[-1])} excludes every value of {brief(primary.token)}"))
             return _ModelChoice(None, tokens, f"{primary.token} names only excluded models")
     for other in sources[1:]:
-        narrowed = [c.merged(o) for c in candidates for o in other.names if c.agrees(o)]
+        by_model: dict[str, list[_Named]] = {}
+        for o in other.names:  # names agree only within a model: look those up, not all
+            by_model.setdefault(o.match.model, []).append(o)
+        narrowed = [c.merged(o) for c in candidates
+                    for o in by_model.get(c.match.model, ()) if c.agrees(o)]  # fmt: skip
         if narrowed:
             candidates = _unique(narrowed)
             tokens.append(other.token)
@@ -537,7 +680,7 @@ def _user_memory(annotations: Mapping[str, Any], warnings: list[str]) -> int | N
         mib = to_mib(raw, ANNOTATION_GPU_MEMORY)  # a byte quantity such as 20Gi
     except IntentError:
         mib = 0
-    if mib <= 0 or not any(c.isalpha() for c in raw):
+    if not 0 < mib <= MAX_MIB or not any(c.isalpha() for c in raw):
         warnings.append(short(f"{ANNOTATION_GPU_MEMORY}: {show(raw)} is not a MiB count; ignored"))
         return None
     warnings.append(short(f"{ANNOTATION_GPU_MEMORY}: {show(raw)} read as {mib} MiB"))
@@ -640,6 +783,10 @@ def _dra(
     return demand, named
 
 
+def _unbounded(stage: str) -> None:
+    """The budget check of an `infer` without a budget: nothing to check."""
+
+
 def _round(gpus: Decimal) -> Decimal:
     rounded = gpus.quantize(GPU_STEP, rounding=ROUND_CEILING, context=_ROUNDING)
     return gpus if rounded == gpus else rounded  # keep "0.5" as 0.5
@@ -653,6 +800,7 @@ def infer(
     claims: Sequence[ClaimSource] | None = None,
     device_classes: Mapping[str, tuple[str, str]] = DEVICE_CLASSES,
     can_serve: CanServe | None = None,
+    budget: Budget | None = None,
 ) -> Inference:
     """Infer the GPU intent of ``pod``, a Pod as a JSON object (AdmissionReview
     ``request.object``, or a pod template with ``metadata`` and ``spec``), with the
@@ -677,7 +825,12 @@ def infer(
     ``can_serve`` go to `webhook.dra.claim_demand` (extra GPU device classes; which
     ``(model, vendor)`` the cluster can make nodes for).
 
+    The work is linear in the pod and bounded: lists are read up to `MAX_LIST_ENTRIES`
+    entries, `MAX_EXPRESSIONS` affinity expressions and `MAX_CONTAINERS` containers, each
+    cut said in a warning. ``budget`` (the webhook's) is checked after each step.
+
     Raises:
+        DeadlineExceeded: ``budget`` was spent before inference finished.
         IntentError: the pod or its containers are not objects/lists, or it asks for GPUs
             through fields none of which parse (``gpu-fraction: "abc"`` alone, a GPU count
             over `MAX_GPUS`), or its ``spec.resourceClaims`` or a claim given is malformed;
@@ -692,9 +845,12 @@ def infer(
     spec = as_mapping(pod.get("spec"), "spec")
     warnings: list[str] = []
 
+    check = budget.check if budget is not None else _unbounded
     user_gpus = _user_gpus(annotations, warnings)
     demand, rules = read_demand(spec, labels, annotations, warnings, explain=reasons)
+    check("demand")
     dra_demand, dra_models = _dra(pod, claims, catalog, warnings, device_classes, can_serve)
+    check("dra")
     if dra_demand is not None:
         if demand is not None and demand.gpus != dra_demand.gpus:
             warnings.append(short(
@@ -737,9 +893,11 @@ def infer(
         _user(annotations, ANNOTATION_MODEL, warnings), constraints, annotations, catalog, warnings,
         dra_models,
     )
+    check("model sources")
     choice = _choose_model(
-        sources, _model_deny(constraints, annotations, catalog), memory, warnings, reasons
+        sources, _model_deny(constraints, annotations, catalog, warnings), memory, warnings, reasons
     )
+    check("model")
     named = choice.named
     model = named.match.model if named else None
     model_memory = named.match.memory_mib if named else None

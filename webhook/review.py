@@ -13,7 +13,8 @@ pod: every response it builds says ``allowed: true``.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
@@ -21,12 +22,16 @@ import jsonpatch
 import orjson
 
 from gpu_intent.intent import ANNOTATION_VERSION, INTENT_ANNOTATIONS, Intent, IntentError
-from webhook.inference import infer
+from gpu_intent.text import show
+from webhook.inference import Budget, DeadlineExceeded, infer
 from webhook.scope import Scope
 
 __all__ = [
     "API_VERSION",
+    "DEFAULT_BUDGET",
     "DEFAULT_SCOPE",
+    "MAX_ANNOTATIONS_BYTES",
+    "MAX_WARNINGS",
     "Admission",
     "AdmissionRequest",
     "AdmissionResponse",
@@ -48,11 +53,25 @@ API_VERSION: Final = "admission.k8s.io/v1"
 KIND: Final = "AdmissionReview"
 #: Longest warning text sent back; the apiserver may truncate warnings over 256 characters.
 MAX_WARNING: Final = 256
+#: Most warnings one response carries; the last says how many more there were. The
+#: apiserver keeps at most 4 KiB of warnings per request, 256 runes each
+#: (``truncateAtTotalRunes``, ``truncateItemRunes``, k8s.io/apiserver
+#: ``pkg/endpoints/filters/warning.go``); inference's warnings are at most 120 characters.
+MAX_WARNINGS: Final = 16
 WARNING_PREFIX: Final = "gpu-intent: "
+#: CPU seconds one review may spend inferring an intent (`webhook.inference.Budget`);
+#: past it the pod is allowed unchanged with a warning (outcome ``deadline``). A review
+#: takes about 0.1 ms; the budget keeps one hostile pod from holding the event loop.
+DEFAULT_BUDGET: Final = 0.05
+#: Most bytes of annotations a pod may carry, keys and values summed: kube-apiserver
+#: refuses a larger object (``TotalAnnotationSizeLimitB``, k8s.io/apimachinery
+#: ``pkg/api/validation/objectmeta.go``, ``ValidateAnnotationsSize``), so a patch that
+#: would pass it is not sent.
+MAX_ANNOTATIONS_BYTES: Final = 256 * 1024
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 #: Metric label for what a review did (``gpu_intent_webhook_reviews_total{outcome}``).
-#: `admit` gives the first six; the server adds ``malformed`` (HTTP 400) and
+#: `admit` gives the first seven; the server adds ``malformed`` (HTTP 400) and
 #: ``too_large`` (HTTP 413), and ``internal_error`` for an exception outside `admit`.
 Outcome = Literal[
     "patched",
@@ -60,6 +79,7 @@ Outcome = Literal[
     "skipped",
     "not_gpu",
     "error_object",
+    "deadline",
     "internal_error",
     "malformed",
     "too_large",
@@ -131,11 +151,12 @@ class Admission:
         response: the AdmissionReview to send back (``allowed`` is always true).
         outcome: metric label: ``patched``, ``unchanged`` (not a pod CREATE, or already
             annotated), ``skipped`` (out of `Scope`), ``not_gpu``, ``error_object`` (a
-            warning, no patch) or ``internal_error`` (a bug: a warning, no patch).
+            warning, no patch), ``deadline`` (the review spent its budget: a warning, no
+            patch) or ``internal_error`` (a bug: a warning, no patch).
         pod: ``namespace/name`` of the pod, ``namespace/generateName*`` when it has no
             name yet, or ``""`` when the request is not about a pod.
-        detail: why there is no patch for ``skipped``, ``error_object`` and
-            ``internal_error`` (the warning text for the last two), else ``""``.
+        detail: why there is no patch for ``skipped``, ``error_object``, ``deadline``
+            and ``internal_error`` (the warning text for the last three), else ``""``.
         intent: the intent written for ``patched``, else None.
         error: the unexpected exception behind ``internal_error`` (for the log's
             traceback), else None.
@@ -167,21 +188,15 @@ def allowed_with_warning(uid: str, reason: str) -> AdmissionReviewResponse:
     return _response(uid, warnings=[_warning(reason)])
 
 
-def _show(value: object) -> str:
-    """A short repr of a caller-supplied value for an error message."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _validate(body: object) -> AdmissionReview:
     if not isinstance(body, dict):
         raise MalformedReview(f"body must be a JSON object, got {type(body).__name__}")
     if body.get("apiVersion") != API_VERSION:
         raise MalformedReview(
-            f"apiVersion must be {API_VERSION!r}, got {_show(body.get('apiVersion'))}"
+            f"apiVersion must be {API_VERSION!r}, got {show(body.get('apiVersion'), 60)}"
         )
     if body.get("kind") != KIND:
-        raise MalformedReview(f"kind must be {KIND!r}, got {_show(body.get('kind'))}")
+        raise MalformedReview(f"kind must be {KIND!r}, got {show(body.get('kind'), 60)}")
     request = body.get("request")
     if not isinstance(request, dict):
         raise MalformedReview("request must be an object")
@@ -209,14 +224,23 @@ def pod_reference(request: Mapping[str, Any]) -> str:
     obj = request.get("object")
     metadata = obj.get("metadata") if isinstance(obj, dict) else None
     metadata = metadata if isinstance(metadata, dict) else {}
-    namespace = metadata.get("namespace") or request.get("namespace") or ""
-    name = metadata.get("name") or request.get("name")
-    if not name and metadata.get("generateName"):
-        name = f"{metadata['generateName']}*"
-    text = f"{namespace}/{name or '?'}"[:200]  # not yet validated: may hold anything
+    # not yet validated: any field may hold anything JSON can (a string is cut first)
+    namespace = _text(metadata.get("namespace")) or _text(request.get("namespace"))
+    name = _text(metadata.get("name")) or _text(request.get("name"))
+    if not name and _text(metadata.get("generateName")):
+        name = f"{_text(metadata['generateName'])}*"
+    text = f"{namespace}/{name or '?'}"
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def _text(value: object) -> str:
+    """``value`` for `pod_reference`: a string cut to 100 characters, `show` of anything
+    else but null (``""``)."""
+    if isinstance(value, str):
+        return value[:100]
+    return "" if value is None else show(value)
 
 
 def _pointer_token(key: str) -> str:
@@ -231,10 +255,10 @@ _ANNOTATION_POINTERS: Final = {
 
 
 class AnnotationPatch(jsonpatch.JsonPatch):
-    """A `jsonpatch.JsonPatch` of the ``add`` operations `make_annotation_patch` built.
+    """A `jsonpatch.JsonPatch` of the operations `make_annotation_patch` built.
 
     ``patch`` is the list of operations, each ``{"op": "add", "path": <JSON Pointer>,
-    "value": ...}``. The operations are right by construction, so the constructor skips
+    "value": ...}`` or ``{"op": "remove", "path": <JSON Pointer>}``. The operations are right by construction, so the constructor skips
     ``JsonPatch``'s per-operation validation (about 20 us of a 100 us review); applying
     the patch still validates, and the tests apply every patch they see.
     """
@@ -245,16 +269,20 @@ class AnnotationPatch(jsonpatch.JsonPatch):
 
 
 def make_annotation_patch(
-    pod: Mapping[str, Any], annotations: Mapping[str, str]
+    pod: Mapping[str, Any], annotations: Mapping[str, str], remove: tuple[str, ...] = ()
 ) -> AnnotationPatch:
-    """The RFC 6902 patch that adds ``annotations`` to ``pod``, built directly.
+    """The RFC 6902 patch that adds ``annotations`` to ``pod`` and removes the keys of
+    ``remove`` it has that ``annotations`` does not set, built directly.
 
-    Every operation is an ``add`` under ``/metadata/annotations``: one per key whose
-    value differs from the pod's (JSON Pointer escaped; an existing key's value is
-    replaced, RFC 6902 section 4.1) when the map exists, else one that sets the whole map (absent or ``null``), or ``/metadata``
-    itself when the pod has no metadata (absent or ``null``). So the patch always applies
-    to ``pod``, changes nothing but ``metadata.annotations``, and applying it twice gives
-    the same pod as once.
+    Every operation is under ``/metadata/annotations``: when the map exists, an ``add``
+    per key whose value differs from the pod's (JSON Pointer escaped; an existing key's
+    value is replaced, RFC 6902 section 4.1) and a ``remove`` per key of ``remove``
+    present (so it exists when the patch applies); else one ``add`` that sets the whole
+    map (absent or ``null``), or ``/metadata`` itself when the pod has no metadata
+    (absent or ``null``). So the patch always applies to ``pod`` (the object the
+    apiserver applies it to), changes nothing but ``metadata.annotations``, and when it
+    removes nothing, applying it twice gives the same pod as once (a ``remove`` needs
+    its key, RFC 6902 section 4.2; a reinvoked review of the patched pod adds nothing).
 
     Raises:
         IntentError: ``metadata`` or ``metadata.annotations`` is present but not an object
@@ -283,22 +311,63 @@ def make_annotation_patch(
                 for k, v in values.items()
                 if existing.get(k) != v  # a value already there (a user's own) is left alone
             ]  # fmt: skip
+            ops += [
+                {"op": "remove", "path": pointers.get(k) or "/metadata/annotations/" + _pointer_token(k)}
+                for k in remove if k in existing and k not in values
+            ]  # fmt: skip
     return AnnotationPatch(ops)
 
 
-def admit(body: object, *, scope: Scope = DEFAULT_SCOPE) -> Admission:
+def _annotations_bytes(*maps: Mapping[str, Any]) -> int:
+    """Bytes of the annotation ``maps`` as kube-apiserver counts them against
+    `MAX_ANNOTATIONS_BYTES`, ``len(key) + len(value)`` summed over all (a key in two maps
+    counts twice: an upper bound), counted only until the sum passes the limit, so a pod
+    of a million annotations costs what a few thousand do. A value that is not a string
+    counts nothing (such a pod fails validation whatever the webhook does)."""
+    total = 0
+    for entries in maps:
+        for key, value in entries.items():
+            total += len(key) + (len(value) if isinstance(value, str) else 0)
+            if total > MAX_ANNOTATIONS_BYTES:
+                return total
+    return total
+
+
+def _capped(warnings: tuple[str, ...]) -> list[str]:
+    """``warnings`` as response warnings: each `_warning`, at most `MAX_WARNINGS`, the
+    last saying how many more there were."""
+    if len(warnings) <= MAX_WARNINGS:
+        return [_warning(w) for w in warnings]
+    more = len(warnings) - (MAX_WARNINGS - 1)
+    shown = [_warning(w) for w in warnings[: MAX_WARNINGS - 1]]
+    return [*shown, _warning(f"and {more} more warnings; `gpu-intent explain` on the manifest lists them all")]
+
+
+def admit(
+    body: object,
+    *,
+    scope: Scope = DEFAULT_SCOPE,
+    budget: float = DEFAULT_BUDGET,
+    clock: Callable[[], float] = time.thread_time,
+) -> Admission:
     """Review one AdmissionReview request body (parsed JSON) and decide the response.
 
     Not a Pod CREATE: no patch (``unchanged``). A pod out of ``scope`` (its namespace is
     skipped, or it is a gpu-intent trigger pod): no patch (``skipped``). A pod already
     carrying ``gpu-intent.io/intent-version``: no patch (``unchanged``). A pod with no
     GPU demand (`infer` gives no intent): no patch (``not_gpu``). A pod whose fields
-    cannot be read (`IntentError`): no patch and a warning (``error_object``). Otherwise
-    a JSON patch (`make_annotation_patch`) that adds the `Intent` annotations. The
-    inference's warnings (a part left out, an ambiguity resolved by rule) go into
-    ``response.warnings``. Any other exception is a bug: no patch, a warning, outcome
-    ``internal_error`` and the exception in `Admission.error`. ``request.dryRun`` changes
-    nothing (the webhook has no side effects).
+    cannot be read (`IntentError`), or whose annotations would pass kube-apiserver's
+    `MAX_ANNOTATIONS_BYTES` with the intent: no patch and a warning (``error_object``).
+    Inference that spends more than ``budget`` seconds of ``clock`` (CPU time of this
+    thread by default; `webhook.inference.Budget`): no patch and a warning
+    (``deadline``). Otherwise a JSON patch (`make_annotation_patch`) that writes the
+    `Intent` annotations and removes any other ``gpu-intent.io/`` intent annotation the
+    pod carries (a user's value inference did not keep), so the pod's intent annotations
+    are exactly those of the intent and `Intent.from_annotations` reads back that intent.
+    The inference's warnings (a part left out, an ambiguity resolved by rule) go into
+    ``response.warnings``, at most `MAX_WARNINGS`. Any other exception is a bug: no
+    patch, a warning, outcome ``internal_error`` and the exception in `Admission.error`.
+    ``request.dryRun`` changes nothing (the webhook has no side effects).
 
     Raises:
         MalformedReview: ``body`` is not a dict with ``apiVersion: admission.k8s.io/v1``,
@@ -312,16 +381,24 @@ def admit(body: object, *, scope: Scope = DEFAULT_SCOPE) -> Admission:
     pod: dict[str, Any] = request["object"]  # type: ignore[assignment]  # _validate checked
     ref = pod_reference(request)
     try:
-        return _admit_pod(request, pod, uid, ref, scope)
+        return _admit_pod(request, pod, uid, ref, scope, Budget(budget, clock))
+    except DeadlineExceeded as e:
+        reason = f"pod not annotated: {e}"
+        return Admission(allowed_with_warning(uid, reason), "deadline", ref, reason)
     except Exception as e:  # a bug: never block the pod, never escape
         reason = f"internal error, pod not annotated: {type(e).__name__}: {e}"
         return Admission(allowed_with_warning(uid, reason), "internal_error", ref, reason, error=e)
 
 
 def _admit_pod(
-    request: AdmissionRequest, pod: dict[str, Any], uid: str, ref: str, scope: Scope
+    request: AdmissionRequest, pod: dict[str, Any], uid: str, ref: str, scope: Scope,
+    budget: Budget,
 ) -> Admission:
-    """`admit` for a Pod CREATE whose review is valid."""
+    """`admit` for a Pod CREATE whose review is valid.
+
+    Raises:
+        DeadlineExceeded: inference spent ``budget``.
+    """
     skipped = scope.skip_reason(request, pod)
     if skipped is not None:
         return Admission(_response(uid), "skipped", ref, skipped)
@@ -330,28 +407,35 @@ def _admit_pod(
     if isinstance(existing, dict) and ANNOTATION_VERSION in existing:
         return Admission(_response(uid), "unchanged", ref)
     try:
-        inference = infer(pod, reasons=False)  # the response carries no reasons
+        inference = infer(pod, reasons=False, budget=budget)  # the response carries no reasons
     except IntentError as e:
         reason = f"cannot infer GPU intent: {e}"
         return Admission(allowed_with_warning(uid, reason), "error_object", ref, reason)
     intent = inference.intent
-    warned = {"warnings": [_warning(w) for w in inference.warnings]} if inference.warnings else {}
+    warned = {"warnings": _capped(inference.warnings)} if inference.warnings else {}
     if intent is None:
         return Admission(_response(uid, **warned), "not_gpu", ref)
+    annotations = intent.to_annotations()
     try:
-        patch = make_annotation_patch(pod, intent.to_annotations())
+        patch = make_annotation_patch(pod, annotations, remove=INTENT_ANNOTATIONS)
     except IntentError as e:
         reason = f"not annotating the pod: {e}"
+        return Admission(allowed_with_warning(uid, reason), "error_object", ref, reason)
+    if isinstance(existing, dict) and _annotations_bytes(existing, annotations) > MAX_ANNOTATIONS_BYTES:
+        reason = (f"not annotating the pod: its annotations would pass the apiserver's"
+                  f" limit of {MAX_ANNOTATIONS_BYTES} bytes")  # fmt: skip
         return Admission(allowed_with_warning(uid, reason), "error_object", ref, reason)
     encoded = base64.b64encode(orjson.dumps(patch.patch)).decode("ascii")
     response = _response(uid, patchType="JSONPatch", patch=encoded, **warned)
     return Admission(response, "patched", ref, intent=intent)
 
 
-def review(body: object, *, scope: Scope = DEFAULT_SCOPE) -> AdmissionReviewResponse:
+def review(
+    body: object, *, scope: Scope = DEFAULT_SCOPE, budget: float = DEFAULT_BUDGET
+) -> AdmissionReviewResponse:
     """`admit` without the bookkeeping: the AdmissionReview response for ``body``.
 
     Raises:
         MalformedReview: as `admit` (and nothing else).
     """
-    return admit(body, scope=scope).response
+    return admit(body, scope=scope, budget=budget).response
