@@ -2,23 +2,28 @@
 
 `ApiServer` wraps `apiserver.make_app` in an aiohttp ``AppRunner`` with handler
 cancellation (a watch ends as soon as its client disconnects) and a TLS site. Without
-given TLS files it generates a CA and a serving certificate for ``localhost`` and
-``127.0.0.1`` (`certs.write_tls_files`) in a temporary directory removed by
-`ApiServer.stop`.
+given TLS files it generates a throw-away self-signed certificate for ``localhost`` and
+``127.0.0.1`` (`throwaway_tls`) in a temporary directory removed by `ApiServer.stop`.
 """
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import shutil
 import ssl
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 from aiohttp import web
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from certs import TLSFiles, write_tls_files
 from sim.admission import Admission
 from sim.apiserver import CONTEXT, make_app
 from sim.defaults import SYSTEM_PRIORITY_CLASSES
@@ -26,7 +31,68 @@ from sim.faults import Faults
 from sim.kubeconfig import write_kubeconfig
 from sim.store import Store
 
-__all__ = ["ApiServer"]
+__all__ = ["ApiServer", "ServingFiles", "throwaway_tls"]
+
+
+@dataclass(frozen=True, slots=True)
+class ServingFiles:
+    """PEM files the simulated apiserver serves with.
+
+    Attributes:
+        ca_cert: what clients must trust (for `throwaway_tls`, the certificate itself).
+        cert: the serving certificate.
+        key: its private key, unencrypted.
+    """
+
+    ca_cert: Path
+    cert: Path
+    key: Path
+
+
+def throwaway_tls(directory: Path, days: int = 7) -> ServingFiles:
+    """Write a self-signed P-256 certificate for ``localhost`` and ``127.0.0.1``, valid
+    ``days`` days, and its key into ``directory``; the certificate is its own CA
+    (``ca_cert`` is ``cert``). For the loopback test server only: the product's
+    certificates come from cert-manager or `certs`."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpu-intent simulated apiserver")])
+    now = datetime.datetime.now(datetime.UTC)
+    ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
+                key_encipherment=False, data_encipherment=False, key_agreement=False,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(ski, critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = directory / "tls.crt", directory / "tls.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.touch(mode=0o600)
+    key_file.write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ))  # fmt: skip
+    return ServingFiles(ca_cert=cert_file, cert=cert_file, key=key_file)
 
 
 class ApiServer:
@@ -36,7 +102,7 @@ class ApiServer:
         store: the object store served.
         token: bearer token required on requests (None: no authentication).
         admission: mutating webhook dispatcher (None: webhooks are not called).
-        tls: serving certificate files; None generates a throw-away CA and certificate.
+        tls: serving certificate files; None generates a throw-away one (`throwaway_tls`).
         host: address to bind, ``127.0.0.1`` by default.
         port: TCP port, 0 for a free one.
         bookmark_interval: seconds between watch ``BOOKMARK`` events.
@@ -53,7 +119,7 @@ class ApiServer:
         *,
         token: str | None = None,
         admission: Admission | None = None,
-        tls: TLSFiles | None = None,
+        tls: ServingFiles | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
         bookmark_interval: float = 1.0,
@@ -82,7 +148,7 @@ class ApiServer:
         self.url = ""
 
     @property
-    def tls(self) -> TLSFiles:
+    def tls(self) -> ServingFiles:
         """The serving TLS files (``ca_cert`` is what clients must trust)."""
         if self._tls is None:
             raise RuntimeError("the server is not started")
@@ -92,7 +158,7 @@ class ApiServer:
         """Listen and return the base URL, e.g. ``https://127.0.0.1:41235``."""
         if self._tls is None:
             self._tmp = Path(tempfile.mkdtemp(prefix="gpu-intent-apiserver-"))
-            self._tls = write_tls_files(self._tmp, ["localhost"], ["127.0.0.1"])
+            self._tls = throwaway_tls(self._tmp)
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(self._tls.cert, self._tls.key)
         runner = web.AppRunner(
