@@ -20,14 +20,8 @@ from gpu_intent.intent import MAX_MIB, Intent, IntentError
 from gpu_intent.text import show
 from webhook.demand import MAX_CONTAINERS
 from webhook.dra import MAX_POD_CLAIMS
-from webhook.inference import (
-    MAX_EXPRESSIONS,
-    MAX_LIST_ENTRIES,
-    MAX_NAME_LENGTH,
-    Budget,
-    DeadlineExceeded,
-    infer,
-)
+from webhook.gpu_model import MAX_EXPRESSIONS, MAX_LIST_ENTRIES, MAX_NAME_LENGTH
+from webhook.inference import Budget, DeadlineExceeded, infer
 from webhook.review import MAX_ANNOTATIONS_BYTES, MAX_WARNINGS, admit
 
 
