@@ -287,7 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="address to serve HTTPS on (default 0.0.0.0:8443)",
     )  # fmt: skip
     webhook.add_argument("--tls-cert-file", required=True, help="PEM certificate (tls.crt)")
-    webhook.add_argument("--tls-key-file", required=True, help="PEM private key (tls.key)")
+    webhook.add_argument(
+        "--tls-key-file", required=True, help="PEM private key (tls.key), unencrypted"
+    )
     webhook.add_argument(
         "--release-namespace",
         default=os.environ.get("POD_NAMESPACE", TRIGGER_NAMESPACE),
@@ -329,7 +331,25 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=20.0,
         metavar="SECONDS",
-        help="after SIGTERM, how long requests in progress may take to finish (default 20)",
+        help="after SIGTERM and --drain-seconds, how long requests in progress may take to"
+        " finish (default 20)",
+    )
+    webhook.add_argument(
+        "--drain-seconds",
+        type=_non_negative,
+        default=5.0,
+        metavar="SECONDS",
+        help="after SIGTERM, how long to keep serving with /readyz answering 503, so that"
+        " the pod leaves the Service's endpoints before the listener closes; 0 closes it"
+        " at once (default 5)",
+    )
+    webhook.add_argument(
+        "--review-budget",
+        type=_positive,
+        default=0.05,
+        metavar="SECONDS",
+        help="CPU time one review may spend inferring a pod's intent; past it the pod is"
+        " admitted without an intent, with a warning (outcome \"deadline\"; default 0.05)",
     )
     _add_catalog_flag(webhook)
 
@@ -714,7 +734,10 @@ def _certs_to_files(args: argparse.Namespace) -> int:
 
 def _check_tls_files(args: argparse.Namespace) -> None:
     """The webhook's certificate and key exist and load together, else `UsageError`
-    naming the file."""
+    naming the file (``--tls-key-file /x/tls.key: not a PEM private key (...); point it
+    at ...``) and the fix; an encrypted key is refused, never prompted for
+    (`webhook.certificates.check_pair`)."""
+    from webhook.certificates import TLSFilesError
     from webhook.server import ssl_context
 
     for flag, path in (
@@ -727,6 +750,8 @@ def _check_tls_files(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} {path}: not readable")
     try:
         ssl_context(args.tls_cert_file, args.tls_key_file)
+    except TLSFilesError as e:
+        raise UsageError(e.describe("--tls-cert-file", "--tls-key-file")) from None
     except (ssl.SSLError, ValueError, OSError) as e:
         raise UsageError(
             f"--tls-cert-file {args.tls_cert_file} and --tls-key-file {args.tls_key_file}"
@@ -874,8 +899,9 @@ async def _run_controller(args: argparse.Namespace) -> None:
 
 
 async def _run_webhook(args: argparse.Namespace) -> None:
-    """Serve the webhook until SIGTERM or SIGINT, then stop gracefully: no new
-    connections, requests in progress answered, then return (`webhook.server.serve`)."""
+    """Serve the webhook until SIGTERM or SIGINT, then stop gracefully: ``/readyz`` 503
+    and still serving for ``--drain-seconds``, then no new connections, requests in
+    progress answered, then return (`webhook.server.serve`)."""
     from webhook.connections import Timeouts
     from webhook.scope import Scope
     from webhook.server import ServeOptions, serve
@@ -887,6 +913,8 @@ async def _run_webhook(args: argparse.Namespace) -> None:
         ),
         reload_interval=args.tls_reload_interval,
         shutdown_timeout=args.shutdown_timeout,
+        drain_seconds=args.drain_seconds,
+        review_budget=args.review_budget,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -939,8 +967,12 @@ def _run(args: argparse.Namespace) -> int:
         if not _load_catalog(args):
             return 2
         _check_tls_files(args)
+        from webhook.certificates import TLSFilesError
+
         try:
             asyncio.run(_run_webhook(args))
+        except TLSFilesError as e:  # replaced between the check and the start
+            raise UsageError(e.describe("--tls-cert-file", "--tls-key-file")) from None
         except OSError as e:
             host, port = args.listen
             raise UsageError(f"cannot serve on --listen {host}:{port}: {_os_reason(e)}") from None

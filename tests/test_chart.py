@@ -274,9 +274,10 @@ def test_webhook_deployment_replicas_pdb_spread_probes_and_certificate() -> None
     assert args["--tls-key-file"] == f"{mount['mountPath']}/tls.key"
     [volume] = spec["template"]["spec"]["volumes"]
     assert volume == {"name": mount["name"], "secret": {"secretName": TLS_SECRET}}
-    # SIGTERM: requests in progress get --shutdown-timeout, the pod a little more
+    # SIGTERM: --drain-seconds still serving, then requests in progress get
+    # --shutdown-timeout, the pod a little more than both
     grace = spec["template"]["spec"]["terminationGracePeriodSeconds"]
-    assert grace > float(args["--shutdown-timeout"] or 0)
+    assert grace > float(args["--drain-seconds"] or 0) + float(args["--shutdown-timeout"] or 0)
     service = one(docs, "Service", WEBHOOK)
     assert selector_matches({"matchLabels": service["spec"]["selector"]}, labels)
     assert service["spec"]["ports"] == [

@@ -4,19 +4,23 @@ exit code 2, ``--help`` describes everything, ``--log-format json`` is JSON."""
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
+import pty
+import select
 import signal
 import socket
 import ssl
 import stat
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
 import pytest
-from webhook_support import load, request_bytes
+from webhook_support import encrypted, load, request_bytes
 
 from certs import write_tls_files
 from gpu_intent import cli
@@ -111,6 +115,88 @@ def test_missing_or_mismatched_webhook_certificates_name_the_paths(tmp_path: Pat
     )  # fmt: skip
 
 
+def test_garbage_webhook_certificate_or_key_files_are_named_with_the_fix(
+    tmp_path: Path,
+) -> None:
+    tls = write_tls_files(tmp_path / "tls", ["localhost"])
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("hello\n")
+    one_line(
+        run("webhook", "--tls-cert-file", str(garbage), "--tls-key-file", str(tls.key)),
+        f"--tls-cert-file {garbage}: not a PEM certificate (",
+        "point it at the tls.crt of the webhook's TLS Secret",
+    )
+    one_line(
+        run("webhook", "--tls-cert-file", str(tls.cert), "--tls-key-file", str(garbage)),
+        f"--tls-key-file {garbage}: not a PEM private key (",
+        "point it at the tls.key of the webhook's TLS Secret",
+    )
+    other = write_tls_files(tmp_path / "other", ["localhost"])
+    one_line(
+        run("webhook", "--tls-cert-file", str(tls.cert), "--tls-key-file", str(other.key)),
+        f"--tls-cert-file {tls.cert} and --tls-key-file {other.key} do not load:",
+        "the private key is not the certificate's",
+    )
+
+
+def _controlling_terminal() -> None:
+    """In the child, after setsid: make its stdin (a pty) the controlling terminal, the
+    /dev/tty OpenSSL's passphrase prompt opens."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a pty as controlling terminal")
+def test_an_encrypted_webhook_key_is_refused_without_a_passphrase_prompt(
+    tmp_path: Path,
+) -> None:
+    """On a terminal, OpenSSL would prompt "Enter PEM pass phrase:" and wait forever
+    (CPython docs, ssl.SSLContext.load_cert_chain, password None); the command must
+    refuse the key at once, exit 2, and write nothing to the terminal."""
+    tls = write_tls_files(tmp_path / "tls", ["localhost"])
+    key = tmp_path / "encrypted.key"
+    key.write_bytes(encrypted(tls.key.read_bytes()))
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")
+    }
+    env["PYTHONPATH"] = str(ROOT)
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpu_intent", "webhook", "--listen=127.0.0.1:0",
+             "--tls-cert-file", str(tls.cert), "--tls-key-file", str(key)],
+            stdin=slave, stdout=slave, stderr=subprocess.PIPE, text=True, env=env,
+            start_new_session=True, preexec_fn=_controlling_terminal,
+        )  # fmt: skip
+        os.close(slave)
+        slave = -1
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            pytest.fail("gpu-intent webhook hung: prompting for a passphrase?")
+        terminal = b""
+        while select.select([master], [], [], 0)[0]:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the child's end is closed
+                break
+            if not chunk:
+                break
+            terminal += chunk
+    finally:
+        os.close(master)
+        if slave != -1:
+            os.close(slave)
+    assert b"pass phrase" not in terminal.lower(), terminal
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, "", err)
+    one_line(
+        result,
+        f"--tls-key-file {key}: is encrypted with a passphrase;",
+        "the webhook needs an unencrypted key",
+    )
+
+
 def test_a_malformed_examples_file_names_it(tmp_path: Path) -> None:
     examples = tmp_path / "examples"
     examples.mkdir()
@@ -138,6 +224,10 @@ def test_a_malformed_examples_file_names_it(tmp_path: Path) -> None:
         (["controller", "--metrics-address", "localhost"], ["--metrics-address", "HOST:PORT"]),
         (["webhook", "--tls-cert-file", "a", "--tls-key-file", "b", "--body-timeout", "nan"],
          ["--body-timeout", "positive"]),
+        (["webhook", "--tls-cert-file", "a", "--tls-key-file", "b", "--drain-seconds", "-1"],
+         ["--drain-seconds", "'-1'", ">= 0"]),
+        (["webhook", "--tls-cert-file", "a", "--tls-key-file", "b", "--review-budget", "0"],
+         ["--review-budget", "positive"]),
         (["demo", "--timeout", "-1"], ["--timeout", "positive"]),
     ],
 )  # fmt: skip
@@ -284,7 +374,7 @@ def test_json_log_lines_are_json_and_name_the_pod(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpu_intent", "--log-format", "json", "--log-level", "debug",
          "webhook", f"--listen=127.0.0.1:{port}", "--tls-cert-file", str(tls.cert),
-         "--tls-key-file", str(tls.key)],
+         "--tls-key-file", str(tls.key), "--drain-seconds=0"],
         stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:

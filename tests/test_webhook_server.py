@@ -9,6 +9,7 @@ import json
 import logging
 import socket
 import ssl
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +146,31 @@ async def test_uninferable_pod_is_allowed_with_a_warning(webhook: Webhook) -> No
     assert webhook.count("error_object") == 1
 
 
+async def test_a_review_past_its_budget_is_allowed_counted_and_logged(
+    tls: TLSFiles, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With a budget no review can meet (a nanosecond of CPU), a GPU pod is admitted
+    unchanged with the warning, counted as ``deadline`` and logged as a WARNING."""
+    registry = CollectorRegistry()
+    runner = await start(make_app(registry, budget=1e-9), "127.0.0.1", 0,
+                         ssl_context(str(tls.cert), str(tls.key)))  # fmt: skip
+    try:
+        connector = aiohttp.TCPConnector(ssl=trusting(tls))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            hook = Webhook(session, registry, f"https://127.0.0.1:{runner.addresses[0][1]}")
+            with caplog.at_level(logging.WARNING, logger="webhook.server"):
+                response = (await hook.mutate(load("01-generatename-whole-gpu.json")))["response"]
+    finally:
+        await runner.cleanup()
+    assert response["allowed"] is True and "patch" not in response
+    [warning] = response["warnings"]
+    assert warning.startswith("gpu-intent: pod not annotated: inference took over its budget")
+    assert hook.count("deadline") == 1 and hook.count("patched") == 0
+    logged = [r for r in caplog.records if r.name == "webhook.server"]
+    assert [r.levelno for r in logged] == [logging.WARNING]
+    assert "inference took over its budget" in logged[0].getMessage()
+
+
 async def test_unexpected_exception_is_allowed_not_500(
     webhook: Webhook, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -225,6 +251,7 @@ async def test_metrics_count_outcomes(webhook: Webhook) -> None:
     assert 'gpu_intent_webhook_reviews_total{outcome="skipped"} 0.0' in text
     assert 'gpu_intent_webhook_reviews_total{outcome="too_large"} 0.0' in text
     assert 'gpu_intent_webhook_reviews_total{outcome="internal_error"} 0.0' in text
+    assert 'gpu_intent_webhook_reviews_total{outcome="deadline"} 0.0' in text
     assert "gpu_intent_webhook_request_duration_seconds_count 4.0" in text
     assert 'gpu_intent_webhook_request_duration_seconds_bucket{le="0.0005"}' in text
     assert 'gpu_intent_webhook_request_duration_seconds_bucket{le="1.0"}' in text
@@ -235,6 +262,23 @@ async def test_metrics_count_outcomes(webhook: Webhook) -> None:
         'gpu_intent_webhook_intents_total{model="a100",source="nodeSelector+resources"} 1.0'
         in text
     )
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="process_* metrics read /proc")
+async def test_metrics_include_the_process_metrics(webhook: Webhook) -> None:
+    async with webhook.session.get(webhook.url + "/metrics") as resp:
+        assert resp.status == 200
+        text = await resp.text()
+    samples = {line.split(" ")[0]: line for line in text.splitlines() if line[:1] != "#"}
+    for name in (
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_open_fds",
+        "process_start_time_seconds",
+    ):
+        assert name in samples, name
+    assert float(samples["process_resident_memory_bytes"].split(" ")[1]) > 1024 * 1024
+    assert any(name.startswith("python_info{") for name in samples)
 
 
 def test_apps_do_not_share_metrics() -> None:

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import copy
 import json
+import logging
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -29,7 +30,7 @@ from webhook_support import (
 )
 
 from certs import TLSFiles, write_tls_files
-from webhook.connections import Timeouts
+from webhook.connections import GuardedConnection, Timeouts
 from webhook.server import (
     CLIENT_MAX_SIZE,
     STATE,
@@ -204,6 +205,68 @@ async def test_a_slow_body_is_cut_after_the_body_timeout(server: Server) -> None
     finally:
         writer.close()
     assert server.count("gpu_intent_webhook_connections_closed_total", reason="body_timeout") == 1
+
+
+async def test_a_body_timeout_is_one_warning_without_a_traceback(
+    tls: TLSFiles, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Headers and half a body, then nothing: the guard cuts the connection after the
+    body timeout and says so in one WARNING line; aiohttp's "Error handling request"
+    ERROR with the handler's ConnectionResetError traceback does not appear."""
+    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG, logger="webhook.server")
+    started, runner = await _started(tls, Timeouts(header=5.0, body=0.3, idle=5.0))
+    try:
+        reader, writer = await connect(started.port, started.client)
+        try:
+            full = request_bytes(json.dumps(load("01-generatename-whole-gpu.json")).encode())
+            body_at = full.index(b"\r\n\r\n") + 4
+            writer.write(full[: body_at + (len(full) - body_at) // 2])
+            assert await closed_by_peer(reader, within=5.0)
+        finally:
+            writer.close()
+        deadline = time.monotonic() + 5.0
+        while not any("not answered, connection closed" in r.message for r in caplog.records):
+            assert time.monotonic() < deadline, "the handler never saw the cut"
+            await asyncio.sleep(0.02)
+        assert (await post(started, json.dumps(load("04-dry-run.json")).encode())).status == 200
+    finally:
+        await runner.cleanup()
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [(r.name, r.levelno) for r in warnings] == [("webhook.connections", logging.WARNING)]
+    assert "body timeout" in warnings[0].getMessage()
+    assert "127.0.0.1" in warnings[0].getMessage()
+    assert [r for r in caplog.records if r.exc_info] == []
+    assert started.count("gpu_intent_webhook_connections_closed_total", reason="body_timeout") == 1
+
+
+async def test_request_duration_counts_from_the_first_byte(
+    tls: TLSFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The event loop is blocked for 0.3 s right after a request's bytes are read and
+    before aiohttp hands the request to the handler (a callback queued ahead of it, as a
+    review of another connection would be): the observed duration includes the 0.3 s."""
+    stall = 0.3
+    stalled: list[bool] = []
+    data_received = GuardedConnection.data_received
+
+    def stalling(self: GuardedConnection, data: bytes) -> None:
+        if not stalled:
+            stalled.append(True)
+            asyncio.get_running_loop().call_soon(time.sleep, stall)  # ahead of the handler
+        data_received(self, data)
+
+    monkeypatch.setattr(GuardedConnection, "data_received", stalling)
+    started, runner = await _started(tls, Timeouts())
+    try:
+        answer = await post(started, json.dumps(load("04-dry-run.json")).encode())
+        assert answer.status == 200 and stalled
+    finally:
+        await runner.cleanup()
+    name = "gpu_intent_webhook_request_duration_seconds"
+    assert started.count(f"{name}_count") == 1
+    assert stall <= started.count(f"{name}_sum") < stall + 2.0
+    assert started.count(f"{name}_bucket", le="0.2") == 0  # not the ~1 ms of the review
 
 
 async def test_idle_keep_alive_connections_are_closed_after_the_idle_timeout(

@@ -1,5 +1,6 @@
-"""SIGTERM to a real ``gpu-intent webhook`` process: it stops accepting, finishes the
-requests in progress (on kept-alive connections too) and exits 0."""
+"""SIGTERM to a real ``gpu-intent webhook`` process: ``/readyz`` turns 503 while it keeps
+serving for ``--drain-seconds``, then it stops accepting, finishes the requests in
+progress (on kept-alive connections too) and exits 0."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import ssl
 import sys
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from webhook_support import closed_by_peer, connect, load, read_answer, request_bytes
+from webhook_support import closed_by_peer, connect, get, load, read_answer, request_bytes
 
 from certs import write_tls_files
 
@@ -32,8 +34,9 @@ class Process:
     client: ssl.SSLContext
 
 
-@pytest.fixture
-async def webhook(tmp_path: Path) -> AsyncIterator[Process]:
+@asynccontextmanager
+async def running(tmp_path: Path, *extra: str) -> AsyncIterator[Process]:
+    """A ``gpu-intent webhook`` process with ``extra`` flags, once ``/readyz`` is ok."""
     tls = write_tls_files(tmp_path / "tls", ["localhost"], ["127.0.0.1"])
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
@@ -45,6 +48,7 @@ async def webhook(tmp_path: Path) -> AsyncIterator[Process]:
         f"--tls-cert-file={tls.cert}",
         f"--tls-key-file={tls.key}",
         "--shutdown-timeout=10",
+        *extra,
         stderr=asyncio.subprocess.PIPE,
     )
     client = ssl.create_default_context(cafile=str(tls.ca_cert))
@@ -67,6 +71,19 @@ async def webhook(tmp_path: Path) -> AsyncIterator[Process]:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+@pytest.fixture
+async def webhook(tmp_path: Path) -> AsyncIterator[Process]:
+    """No drain window: the listener closes at SIGTERM."""
+    async with running(tmp_path, "--drain-seconds=0") as process:
+        yield process
+
+
+@pytest.fixture
+async def draining_webhook(tmp_path: Path) -> AsyncIterator[Process]:
+    async with running(tmp_path, "--drain-seconds=3") as process:
+        yield process
 
 
 async def test_sigterm_finishes_requests_in_progress_then_exits(webhook: Process) -> None:
@@ -117,3 +134,35 @@ async def test_sigterm_with_nothing_in_progress_exits_at_once(webhook: Process) 
     webhook.proc.send_signal(signal.SIGTERM)
     assert await asyncio.wait_for(webhook.proc.wait(), 10) == 0
     assert time.monotonic() - started < 3
+
+
+async def test_sigterm_keeps_serving_with_readyz_503_for_the_drain_seconds(
+    draining_webhook: Process,
+) -> None:
+    webhook = draining_webhook
+    reader, writer = await connect(webhook.port, webhook.client)
+    try:
+        assert (await get(reader, writer, "/readyz")).status == 200
+        sent = time.monotonic()
+        webhook.proc.send_signal(signal.SIGTERM)
+        deadline = sent + 2.0  # well inside the 3 s window
+        while (answer := await get(reader, writer, "/readyz")).status == 200:
+            assert time.monotonic() < deadline, "/readyz never turned 503"
+            await asyncio.sleep(0.02)  # the signal reaches the process asynchronously
+        assert (answer.status, answer.body) == (503, b"shutting down")
+        writer.write(request_bytes(json.dumps(load("02-hami-gpumem-annotated.json")).encode()))
+        answer = await read_answer(reader)
+        assert answer.status == 200 and answer.headers.get("connection") != "close"
+        assert answer.json()["response"]["patchType"] == "JSONPatch"
+        _, other = await connect(webhook.port, webhook.client)  # still accepting
+        other.close()
+        assert await closed_by_peer(reader, within=6.0)  # closed once the window is over
+    finally:
+        writer.close()
+    code = await asyncio.wait_for(webhook.proc.wait(), 10)
+    assert time.monotonic() - sent >= 3.0 * 0.95
+    assert webhook.proc.stderr is not None
+    log = (await webhook.proc.stderr.read()).decode()
+    assert code == 0, log
+    assert "/readyz answers 503, serving on for 3 s" in log
+    assert "Traceback" not in log

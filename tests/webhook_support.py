@@ -4,13 +4,21 @@ out and rotated the way the kubelet does it."""
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ipaddress
 import json
 import os
 import shutil
 import ssl
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from certs import write_tls_files
 
@@ -74,6 +82,79 @@ async def closed_by_peer(reader: asyncio.StreamReader, within: float) -> bool:
         return True
     except TimeoutError:
         return False
+
+
+async def get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str) -> Answer:
+    """``GET path`` on an open (kept-alive) connection."""
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+    return await read_answer(reader)
+
+
+async def until_listening(port: int, context: ssl.SSLContext, within: float = 10.0) -> None:
+    """Wait (polling, at most ``within`` seconds) until a TLS handshake on ``port`` works."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            _, writer = await connect(port, context)
+            writer.close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"nothing listens on port {port}"
+            await asyncio.sleep(0.025)
+
+
+def write_pair(
+    directory: Path,
+    *,
+    not_before: datetime.datetime | None = None,
+    not_after: datetime.datetime | None = None,
+    passphrase: bytes | None = None,
+) -> tuple[Path, Path]:
+    """A self-signed ``localhost`` / ``127.0.0.1`` certificate and its P-256 key as
+    ``tls.crt`` and ``tls.key`` in ``directory``: valid from ``not_before`` (default an
+    hour ago) to ``not_after`` (default in a year), the key encrypted with ``passphrase``
+    if given."""
+    now = datetime.datetime.now(datetime.UTC)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    san = x509.SubjectAlternativeName(
+        [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    )
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before or now - datetime.timedelta(hours=1))
+        .not_valid_after(not_after or now + datetime.timedelta(days=365))
+        .add_extension(san, critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_file, key_file = directory / "tls.crt", directory / "tls.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key_pem(key, passphrase))
+    return cert_file, key_file
+
+
+def key_pem(key: ec.EllipticCurvePrivateKey, passphrase: bytes | None = None) -> bytes:
+    """``key`` as PKCS#8 PEM, encrypted with ``passphrase`` if given."""
+    encryption: serialization.KeySerializationEncryption = (
+        serialization.BestAvailableEncryption(passphrase)
+        if passphrase
+        else serialization.NoEncryption()
+    )
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption
+    )
+
+
+def encrypted(pem: bytes, passphrase: bytes = b"pw") -> bytes:
+    """The PEM private key ``pem``, encrypted with ``passphrase``."""
+    key = serialization.load_pem_private_key(pem, password=None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    return key_pem(key, passphrase)
 
 
 class SecretVolume:

@@ -5,7 +5,7 @@ from the moment a connection is made, ``aiohttp/web_protocol.py``
 ``RequestHandler.connection_made``): a client that sends its headers or its body a byte
 at a time holds a connection and a buffer for as long as it likes, and asyncio gives a
 TLS handshake 60 s (``ssl_handshake_timeout``). A few hundred such clients exhaust a
-small pod. This module wraps each aiohttp protocol in `_GuardedProtocol` and gives every
+small pod. This module wraps each aiohttp protocol in `GuardedConnection` and gives every
 connection one deadline at a time, modelled on Go's ``net/http.Server``
 (``ReadHeaderTimeout``, ``ReadTimeout``, ``IdleTimeout``), the server kube-apiserver
 itself uses:
@@ -18,10 +18,19 @@ itself uses:
 
 A connection past its deadline is aborted (an idle one is closed politely). A sweep
 every fraction of the shortest timeout checks the deadlines, so a request costs two
-attribute writes, not a timer.
+attribute writes, not a timer. A polite close of a TLS connection sends ``close_notify``
+and waits for the peer's (asyncio's ``SSLProtocol`` shutdown, ``ssl_shutdown_timeout``
+30 s, ``asyncio/sslproto.py``): a peer that never reads never answers, so a polite close
+is aborted after `Timeouts.header` seconds, or after `DRAINING_CLOSE` seconds while the
+guard drains.
+
+Each connection also notes when the first byte of its current request arrived
+(`GuardedConnection.began`, ``time.perf_counter()`` seconds): the webhook's request
+duration runs from there, so time spent waiting behind a busy event loop counts.
 
 `ConnectionGuard.drain` is the graceful half of SIGTERM: the listener is closed first
-(by the caller), idle keep-alive connections are closed, and every request already
+(by the caller), idle keep-alive connections are closed (aborted after `DRAINING_CLOSE`
+seconds if the client does not answer the TLS goodbye), and every request already
 started (headers arriving, body arriving, or being answered) is finished and answered
 with ``Connection: close``. aiohttp's own shutdown (``Server.pre_shutdown``) marks every
 connection closing at once, after which ``RequestHandler.data_received`` drops incoming
@@ -35,13 +44,21 @@ import contextlib
 import enum
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from aiohttp import web
 
-__all__ = ["CloseReason", "ConnectionGuard", "GuardedSite", "Timeouts"]
+__all__ = [
+    "DRAINING_CLOSE",
+    "CloseReason",
+    "ConnectionGuard",
+    "GuardedConnection",
+    "GuardedSite",
+    "Timeouts",
+]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +69,9 @@ BODY_TIMEOUT: Final[CloseReason] = "body_timeout"
 IDLE_TIMEOUT: Final[CloseReason] = "idle_timeout"
 SHUTDOWN: Final[CloseReason] = "shutdown"
 CLOSE_REASONS: Final = (HEADER_TIMEOUT, BODY_TIMEOUT, IDLE_TIMEOUT, SHUTDOWN)
+#: Seconds a polite close may take while the guard drains before the connection is
+#: aborted: an idle client that never reads must not hold the shutdown up.
+DRAINING_CLOSE: Final = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +108,18 @@ class _Phase(enum.Enum):
     CLOSING = "closing"  # closed by the guard, waiting for connection_lost
 
 
-class _GuardedProtocol(asyncio.Protocol):
-    """An aiohttp ``RequestHandler`` with a deadline; forwards every protocol callback."""
+class GuardedConnection(asyncio.Protocol):
+    """An aiohttp ``RequestHandler`` (``inner``) with a deadline; forwards every protocol
+    callback.
 
-    __slots__ = ("_guard", "deadline", "inner", "phase", "transport")
+    Attributes:
+        inner: aiohttp's protocol, ``request.protocol`` of its requests.
+        began: ``time.perf_counter()`` when the first byte of the current (or last)
+            request arrived, seconds.
+        reason: why the guard closed the connection, None while it has not.
+    """
+
+    __slots__ = ("_guard", "began", "deadline", "inner", "phase", "reason", "transport")
 
     def __init__(self, guard: ConnectionGuard, inner: asyncio.Protocol) -> None:
         self._guard = guard
@@ -99,6 +127,8 @@ class _GuardedProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.phase = _Phase.NEW
         self.deadline = 0.0
+        self.began = 0.0
+        self.reason: CloseReason | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -109,9 +139,11 @@ class _GuardedProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.phase is _Phase.IDLE:
             self.phase = _Phase.HEADERS
+            self.began = time.perf_counter()
             self.deadline = self._guard.now() + self._guard.timeouts.header
         elif self.phase is _Phase.NEW:
             self.phase = _Phase.HEADERS  # the deadline from acceptance stands
+            self.began = time.perf_counter()
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -128,12 +160,15 @@ class _GuardedProtocol(asyncio.Protocol):
         self.inner.resume_writing()
 
     def close(self, reason: CloseReason, *, abort: bool) -> None:
-        """Close the connection for ``reason``; ``abort`` drops it without a TLS goodbye."""
+        """Close the connection for ``reason``; ``abort`` drops it without a TLS goodbye.
+        A polite close not done within `Timeouts.header` seconds (`DRAINING_CLOSE` while
+        the guard drains) is aborted by the sweep."""
         if self.transport is None or self.phase is _Phase.CLOSING:
             return
         self.phase = _Phase.CLOSING
-        self.deadline = self._guard.now() + self._guard.timeouts.header
-        self._guard.closed(reason)
+        self.reason = reason
+        self.deadline = self._guard.now() + self._guard.polite_close_seconds()
+        self._guard.closed(reason, self.transport.get_extra_info("peername"))
         if abort:
             self.transport.abort()
         else:
@@ -156,7 +191,7 @@ class ConnectionGuard:
     ) -> None:
         self.timeouts = timeouts
         #: aiohttp's protocol (``request.protocol``) -> its guarded wrapper.
-        self.connections: dict[object, _GuardedProtocol] = {}
+        self.connections: dict[object, GuardedConnection] = {}
         self._on_close = on_close
         self._draining = False
         self._sweeper: asyncio.Task[None] | None = None
@@ -178,7 +213,7 @@ class ConnectionGuard:
 
     def protocol_factory(self, make: Callable[[], Any]) -> Callable[[], asyncio.Protocol]:
         """A protocol factory for ``loop.create_server`` wrapping ``make()``'s protocols."""
-        return lambda: _GuardedProtocol(self, make())
+        return lambda: GuardedConnection(self, make())
 
     def start(self) -> None:
         """Start the deadline sweep (idempotent); `close` stops it."""
@@ -193,12 +228,25 @@ class ConnectionGuard:
                 await self._sweeper
             self._sweeper = None
 
-    def request_started(self, protocol: object) -> None:
-        """A request's headers are in and its handler runs: `Timeouts.body` from now."""
+    def request_started(self, protocol: object) -> GuardedConnection | None:
+        """A request's headers are in and its handler runs: `Timeouts.body` from now.
+        Returns the connection (None if it is gone); its ``reason`` tells, should the
+        request fail with a `ConnectionError`, whether the guard closed it."""
         connection = self.connections.get(protocol)
         if connection is not None and connection.phase is not _Phase.CLOSING:
+            if connection.phase is not _Phase.HEADERS:  # pipelined behind the last one
+                connection.began = time.perf_counter()
             connection.phase = _Phase.HANDLING
             connection.deadline = self.now() + self.timeouts.body
+        return connection
+
+    def began(self, protocol: object) -> float | None:
+        """``time.perf_counter()`` (seconds) when the first byte of the request now
+        handled on ``protocol`` (``request.protocol``) arrived; None for a connection the
+        guard does not know (gone, or not served through `GuardedSite`). A request
+        pipelined behind another one counts from its handler's start."""
+        connection = self.connections.get(protocol)
+        return connection.began if connection is not None else None
 
     def request_finished(self, protocol: object) -> bool:
         """A handler returned: the connection is idle (`Timeouts.idle`). Returns True when
@@ -209,16 +257,30 @@ class ConnectionGuard:
             connection.deadline = self.now() + self.timeouts.idle
         return self._draining
 
-    def lost(self, connection: _GuardedProtocol) -> None:
+    def lost(self, connection: GuardedConnection) -> None:
         """``connection_lost`` of a guarded connection."""
         self.connections.pop(connection.inner, None)
         if not self.connections and self._emptied is not None:
             self._emptied.set()
 
-    def closed(self, reason: CloseReason) -> None:
-        """Count a connection the guard closed."""
-        if reason != SHUTDOWN:
-            log.info("closing a connection: %s", reason.replace("_", " "))
+    def polite_close_seconds(self) -> float:
+        """Seconds a polite close may take before the sweep aborts the connection:
+        `Timeouts.header`, at most `DRAINING_CLOSE` while draining."""
+        if self._draining:
+            return min(self.timeouts.header, DRAINING_CLOSE)
+        return self.timeouts.header
+
+    def closed(self, reason: CloseReason, peer: object = None) -> None:
+        """Count (``on_close``) and log a connection the guard closed, ``peer`` its
+        address (asyncio's ``peername``). A request cut by `Timeouts.body` is one WARNING
+        line (an apiserver call failed); other reasons are INFO (shutdown: not logged)."""
+        if reason == BODY_TIMEOUT:
+            log.warning(
+                "closing a connection%s: body timeout (a request not read and answered"
+                " within %g s of its headers)", _from(peer), self.timeouts.body,
+            )  # fmt: skip
+        elif reason != SHUTDOWN:
+            log.info("closing a connection%s: %s", _from(peer), reason.replace("_", " "))
         if self._on_close is not None:
             self._on_close(reason)
 
@@ -242,19 +304,27 @@ class ConnectionGuard:
 
     async def _sweep_forever(self) -> None:
         while True:
-            await asyncio.sleep(self._sweep_every)
+            # draining: every 0.1 s, so a polite close past DRAINING_CLOSE is cut promptly
+            await asyncio.sleep(
+                min(self._sweep_every, 0.1) if self._draining else self._sweep_every
+            )
             self.sweep()
 
     async def drain(self, grace: float) -> int:
         """Finish the requests in progress, close the rest, within ``grace`` seconds.
 
-        Call it once the listener is closed. Idle connections are closed at once; new
-        ones that have not sent a byte keep their header deadline; requests in progress
-        are answered with ``Connection: close``. Connections still open after
-        ``grace`` seconds are aborted. Returns how many were aborted so.
+        Call it once the listener is closed. Idle connections are closed at once (aborted
+        if the close is not done within `DRAINING_CLOSE` seconds); new ones that have not
+        sent a byte keep their header deadline; requests in progress are answered with
+        ``Connection: close``. Connections still open after ``grace`` seconds are
+        aborted. Returns how many were aborted so.
         """
         self._draining = True
         self._emptied = asyncio.Event()
+        bound = self.now() + DRAINING_CLOSE
+        for connection in self.connections.values():  # polite closes begun before
+            if connection.phase is _Phase.CLOSING:
+                connection.deadline = min(connection.deadline, bound)
         self.start()
         self.sweep()
         if self.connections:
@@ -265,6 +335,13 @@ class ConnectionGuard:
             connection.close(SHUTDOWN, abort=True)
         await self.close()
         return len(left)
+
+
+def _from(peer: object) -> str:
+    """`` from 10.0.0.1:51234`` for an (IPv4 or IPv6) peername, else nothing."""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f" from {peer[0]}:{peer[1]}"
+    return ""
 
 
 class GuardedSite(web.BaseSite):

@@ -12,12 +12,16 @@ Routes:
 - ``GET /livez`` (and ``/healthz``, its old name): ``ok`` while the process answers.
 - ``GET /readyz``: ``ok`` once the TLS listener serves with a loaded certificate, 503
   before that and from the start of a graceful shutdown.
-- ``GET /metrics``: Prometheus text from the app's own `CollectorRegistry`.
+- ``GET /metrics``: Prometheus text from the app's own `CollectorRegistry`: the webhook's
+  metrics (`WebhookMetrics`) and prometheus_client's ``process_*`` (CPU, memory, file
+  descriptors, start time; Linux only) and ``python_info``.
 
 Connections have header, body and idle deadlines and drain gracefully
 (`webhook.connections`); `serve` reloads the certificate when its files change
-(`webhook.certificates`) and, when its ``stop`` event is set (SIGTERM), stops accepting,
-finishes the requests in progress and returns.
+(`webhook.certificates`) and, when its ``stop`` event is set (SIGTERM), turns ``/readyz``
+503 at once, keeps serving for ``ServeOptions.drain_seconds`` (so that the endpoints
+controller and every kube-proxy drop the pod before it stops answering), then stops
+accepting, finishes the requests in progress and returns.
 """
 
 from __future__ import annotations
@@ -32,7 +36,15 @@ from typing import Any, Final, get_args
 
 import orjson
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.exposition import generate_latest
 
 from gpu_intent.intent import Intent, format_gpus
@@ -45,6 +57,7 @@ from webhook.certificates import (
 )
 from webhook.connections import CLOSE_REASONS, ConnectionGuard, GuardedSite, Timeouts
 from webhook.review import (
+    DEFAULT_BUDGET,
     DEFAULT_SCOPE,
     Admission,
     MalformedReview,
@@ -57,6 +70,7 @@ from webhook.review import (
 
 __all__ = [
     "CLIENT_MAX_SIZE",
+    "DRAIN_SECONDS",
     "METRICS",
     "REGISTRY",
     "REQUEST_BUCKETS",
@@ -89,6 +103,12 @@ REQUEST_BUCKETS: Final = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.
 #: Seconds a graceful shutdown gives the requests in progress (Kubernetes waits
 #: ``terminationGracePeriodSeconds``, 30 s by default, before SIGKILL).
 SHUTDOWN_TIMEOUT: Final = 20.0
+#: Seconds ``gpu-intent webhook`` keeps serving after SIGTERM with ``/readyz`` 503
+#: (``--drain-seconds``): the kubelet sends SIGTERM while the EndpointSlice controller
+#: and every node's kube-proxy are still removing the pod from the Service, at the same
+#: time and not before (Kubernetes docs, "Pod Lifecycle", "Termination of Pods"), and the
+#: apiserver keeps sending to it meanwhile (what a "preStop sleep" is usually for).
+DRAIN_SECONDS: Final = 5.0
 #: Seconds aiohttp keeps reading an unread request body after answering early (413).
 LINGERING_TIME: Final = 2.0
 #: Most distinct ``model`` label values of the intents metric; later ones count as
@@ -103,10 +123,13 @@ class WebhookMetrics:
 
     - ``gpu_intent_webhook_reviews_total{outcome}``: requests to ``/mutate`` by outcome
       (`review.Outcome`: ``patched``, ``unchanged``, ``skipped``, ``not_gpu``,
-      ``error_object``, ``internal_error``, ``malformed``, ``too_large``);
+      ``error_object``, ``deadline`` (the review spent its CPU budget; the pod was
+      admitted without an intent), ``internal_error``, ``malformed``, ``too_large``);
     - ``gpu_intent_webhook_request_duration_seconds``: histogram of a ``/mutate``
-      request from its headers being read to its response being ready (body read, JSON
-      decode, review, JSON encode), seconds, `REQUEST_BUCKETS`;
+      request from the arrival of its first byte on the connection
+      (`ConnectionGuard.began`) to its response being ready (headers, body, JSON decode,
+      review, JSON encode, and any time the request waited behind a busy event loop),
+      seconds, `REQUEST_BUCKETS`;
     - ``gpu_intent_webhook_intents_total{model,source}``: intents written; ``model`` the
       canonical model or ``any``, ``source`` the kinds of source joined by ``+`` (e.g.
       ``hami``, ``kai+nodeSelector``);
@@ -129,7 +152,7 @@ class WebhookMetrics:
         self._by_outcome = {outcome: self.reviews.labels(outcome=outcome) for outcome in OUTCOMES}
         self.request_seconds = Histogram(
             "gpu_intent_webhook_request_duration_seconds",
-            "Time from a /mutate request's headers to its response, in seconds.",
+            "Time from a /mutate request's first byte to its response, in seconds.",
             buckets=REQUEST_BUCKETS,
             registry=registry,
         )
@@ -210,20 +233,30 @@ class WebhookState:
         metrics: the app's metrics.
         scope: pods `admit` leaves alone.
         guard: the deadlines and drain of the app's connections.
+        budget: CPU seconds one review may spend inferring an intent (`admit`'s).
         serving: the listener is up (set by `start`).
         certificate_loaded: the listener has a certificate (or serves plain HTTP).
+        shutting_down: a graceful shutdown has begun (set by `shutdown`): ``/readyz``
+            answers 503 while requests are still served, during the drain window too.
     """
 
     metrics: WebhookMetrics
     scope: Scope
     guard: ConnectionGuard
+    budget: float = DEFAULT_BUDGET
     serving: bool = False
     certificate_loaded: bool = False
+    shutting_down: bool = False
 
     @property
     def ready(self) -> bool:
-        """Whether ``/readyz`` says ok: serving, with a certificate, not draining."""
-        return self.serving and self.certificate_loaded and not self.guard.draining
+        """Whether ``/readyz`` says ok: serving, with a certificate, not shutting down."""
+        return (
+            self.serving
+            and self.certificate_loaded
+            and not self.shutting_down
+            and not self.guard.draining
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,12 +268,25 @@ class ServeOptions:
         timeouts: connection deadlines, seconds.
         reload_interval: seconds between two looks at the certificate files.
         shutdown_timeout: seconds a graceful shutdown gives requests in progress.
+        drain_seconds: seconds `serve` keeps serving, ``/readyz`` 503, once ``stop`` is
+            set, before it closes the listener; 0 (the default here; the command's
+            default is `DRAIN_SECONDS`) closes it at once.
+        review_budget: CPU seconds one review may spend inferring an intent, > 0; past
+            it the pod is allowed unchanged with a warning (`webhook.review.admit`).
     """
 
     scope: Scope = DEFAULT_SCOPE
     timeouts: Timeouts = field(default_factory=Timeouts)
     reload_interval: float = DEFAULT_RELOAD_INTERVAL
     shutdown_timeout: float = SHUTDOWN_TIMEOUT
+    drain_seconds: float = 0.0
+    review_budget: float = DEFAULT_BUDGET
+
+    def __post_init__(self) -> None:
+        if not self.drain_seconds >= 0:
+            raise ValueError(f"drain_seconds must be >= 0, got {self.drain_seconds!r}")
+        if not self.review_budget > 0:
+            raise ValueError(f"review_budget must be > 0, got {self.review_budget!r}")
 
 
 REGISTRY: Final = web.AppKey("registry", CollectorRegistry)
@@ -252,7 +298,7 @@ def _log_admission(admission: Admission) -> None:
     if admission.outcome == "patched" and admission.intent is not None:
         if not log.isEnabledFor(logging.INFO):  # the arguments below cost a few microseconds
             return
-    elif admission.outcome not in ("error_object", "internal_error") \
+    elif admission.outcome not in ("error_object", "deadline", "internal_error") \
             and not log.isEnabledFor(logging.DEBUG):  # fmt: skip
         return
     extra = about(admission.pod) if admission.pod else None
@@ -268,7 +314,7 @@ def _log_admission(admission: Admission) -> None:
             ",".join(intent.source),
             extra=extra,
         )
-    elif admission.outcome == "error_object":
+    elif admission.outcome in ("error_object", "deadline"):
         log.warning("pod %s: %s", admission.pod, admission.detail, extra=extra)
     elif admission.outcome == "internal_error":
         log.error("pod %s: %s", admission.pod, admission.detail, exc_info=admission.error,
@@ -301,9 +347,13 @@ def _too_large(request: web.BaseRequest, size: int | None) -> web.Response:
 
 
 async def handle_mutate(request: web.BaseRequest, app: web.Application) -> web.Response:
-    """``POST /mutate``: answer one AdmissionReview (see the module docstring)."""
-    started = time.perf_counter()
+    """``POST /mutate``: answer one AdmissionReview (see the module docstring). The
+    request's duration runs from its first byte (`ConnectionGuard.began`), or from here
+    on a connection the guard does not watch."""
     state = app[STATE]
+    started = state.guard.began(request.protocol)
+    if started is None:
+        started = time.perf_counter()
     outcome, response = await _mutate(request, state)
     state.metrics.observe(outcome, time.perf_counter() - started)
     return response
@@ -324,7 +374,7 @@ async def _mutate(request: web.BaseRequest, state: WebhookState) -> tuple[Outcom
     except orjson.JSONDecodeError as e:
         return "malformed", _bad_request(request, f"body is not JSON: {e}")
     try:
-        admission = admit(body, scope=state.scope)
+        admission = admit(body, scope=state.scope, budget=state.budget)
     except MalformedReview as e:
         return "malformed", _bad_request(request, str(e))
     except Exception as e:  # a bug outside admit's guard: answer "allowed", never 500
@@ -358,7 +408,7 @@ async def handle_readyz(request: web.BaseRequest, app: web.Application) -> web.R
     state = app[STATE]
     if state.ready:
         return web.Response(text="ok")
-    if state.guard.draining:
+    if state.shutting_down or state.guard.draining:
         reason = "shutting down"
     elif not state.certificate_loaded:
         reason = "no certificate loaded"
@@ -404,6 +454,13 @@ def dispatcher(app: web.Application) -> Callable[[web.BaseRequest], Awaitable[we
     reported to the connection guard (`ConnectionGuard.request_started` and
     ``request_finished``); while the guard drains, every response closes its connection.
 
+    A request whose connection is lost (a `ConnectionError` from reading its body: the
+    guard cut it for `Timeouts.body`, or the client went away) is one log line, not
+    aiohttp's ``Error handling request`` ERROR with a traceback
+    (``aiohttp/web_protocol.py``, ``RequestHandler._handle_request`` logs any exception
+    a handler raises but `asyncio.CancelledError`): the guard already logged its cut as a
+    WARNING, a client gone is logged at INFO. The response returned is never sent.
+
     Five fixed paths need no URL dispatcher: without ``web.Application``'s router,
     middleware chain and response signals, the server answered about 15% more
     ``/mutate`` requests per CPU-second (`bench.webhook`, side by side).
@@ -412,13 +469,25 @@ def dispatcher(app: web.Application) -> Callable[[web.BaseRequest], Awaitable[we
 
     async def dispatch(request: web.BaseRequest) -> web.StreamResponse:
         protocol = request.protocol
-        guard.request_started(protocol)
+        connection = guard.request_started(protocol)
         try:
             route = _ROUTES.get(request.path)
             if route is not None and request.method == route[0]:
                 response = await route[1](request, app)
             else:
                 response = handle_other(request)
+        except ConnectionError as e:
+            guard.request_finished(protocol)
+            if connection is None or connection.reason is None:
+                log.info("%s %s from %s: connection lost before the answer: %s",
+                         request.method, request.path, request.remote, e)  # fmt: skip
+            else:  # the guard logged why it cut the connection
+                log.debug("%s %s from %s: not answered, connection closed: %s",
+                          request.method, request.path, request.remote,
+                          connection.reason)  # fmt: skip
+            lost = web.Response(status=400, text="connection lost")
+            lost.force_close()
+            return lost
         except BaseException:
             guard.request_finished(protocol)
             raise
@@ -434,6 +503,7 @@ def make_app(
     *,
     scope: Scope = DEFAULT_SCOPE,
     timeouts: Timeouts | None = None,
+    budget: float = DEFAULT_BUDGET,
 ) -> web.Application:
     """The webhook's state (`STATE`, `METRICS`, `REGISTRY`) in an aiohttp application,
     its metrics registered on ``registry``. Serve it with `start`, which answers through
@@ -441,15 +511,24 @@ def make_app(
 
     ``registry`` defaults to a new `CollectorRegistry`, so apps never share metrics (and
     tests can create as many as they like). ``scope``: pods left alone; ``timeouts``:
-    connection deadlines (defaults of `Timeouts`).
+    connection deadlines (defaults of `Timeouts`); ``budget``: CPU seconds a review may
+    spend inferring an intent (`webhook.review.admit`). prometheus_client's process and
+    platform collectors (``process_*`` from ``/proc/self``, Linux only; ``python_info``)
+    are registered on ``registry`` too, as they are on its default registry.
+
+    Raises:
+        ValueError: ``registry`` already has these metrics (prometheus_client's
+            "Duplicated timeseries").
     """
     registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
     metrics = WebhookMetrics(registry)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
     guard = ConnectionGuard(timeouts or Timeouts(), on_close=metrics.connection_closed)
     app = web.Application()  # a state holder: `start` sets the body limit per request
     app[REGISTRY] = registry
     app[METRICS] = metrics
-    app[STATE] = WebhookState(metrics=metrics, scope=scope, guard=guard)
+    app[STATE] = WebhookState(metrics=metrics, scope=scope, guard=guard, budget=budget)
     return app
 
 
@@ -472,11 +551,15 @@ class WebhookRunner(web.ServerRunner):
 
 def ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     """A server TLS context (TLS 1.2 or newer) with the PEM certificate chain and key,
-    loaded once (`serve` reloads; see `webhook.certificates.server_context`).
+    loaded once (`serve` reloads; see `webhook.certificates.server_context`). An
+    encrypted key is refused; nothing ever prompts for a passphrase.
 
     Raises:
         OSError: a file cannot be read.
-        ssl.SSLError: the files are not a matching PEM certificate and key.
+        webhook.certificates.TLSFilesError (a ValueError): a file is not a PEM
+            certificate / unencrypted PEM private key, or the key is not the
+            certificate's; the message names the file and the fix.
+        ssl.SSLError: OpenSSL refuses files that passed those checks.
     """
     return server_context(cert_file, key_file)
 
@@ -526,20 +609,32 @@ async def start(
     return runner
 
 
-async def shutdown(runner: WebhookRunner, grace: float = SHUTDOWN_TIMEOUT) -> None:
-    """Stop gracefully: ``/readyz`` turns 503 and the listener closes at once, requests in
-    progress (including those on kept-alive connections) are answered with
-    ``Connection: close`` within ``grace`` seconds, idle connections are closed, then
-    the runner is cleaned up."""
+async def shutdown(
+    runner: WebhookRunner, grace: float = SHUTDOWN_TIMEOUT, *, drain: float = 0.0
+) -> None:
+    """Stop gracefully: ``/readyz`` turns 503 at once; for ``drain`` seconds everything
+    is served as before (new connections, keep-alive); then the listener closes, requests
+    in progress (including those on kept-alive connections) are answered with
+    ``Connection: close`` within ``grace`` seconds, idle connections are closed (a client
+    that does not answer the TLS goodbye is cut after `webhook.connections.DRAINING_CLOSE`
+    seconds), then the runner is cleaned up."""
     state = runner.app[STATE]
-    for site in list(runner.sites):
-        await site.stop()  # no new connections
-    state.serving = False
-    aborted = await state.guard.drain(grace)
-    if aborted:
-        log.warning("webhook shutdown: %d connections still busy after %.0f s were cut",
-                    aborted, grace)  # fmt: skip
-    await runner.cleanup()
+    state.shutting_down = True
+    try:
+        if drain > 0:
+            log.info("webhook stopping: /readyz answers 503, serving on for %g s until the"
+                     " pod is out of the Service's endpoints", drain)  # fmt: skip
+            await asyncio.sleep(drain)
+    finally:  # cancelled in the window: the window ends, the rest still runs
+        log.info("webhook stopping: finishing requests in progress")
+        for site in list(runner.sites):
+            await site.stop()  # no new connections
+        state.serving = False
+        aborted = await state.guard.drain(grace)
+        if aborted:
+            log.warning("webhook shutdown: %d connections still busy after %.0f s were cut",
+                        aborted, grace)  # fmt: skip
+        await runner.cleanup()
 
 
 async def serve(
@@ -553,17 +648,22 @@ async def serve(
     stop: asyncio.Event | None = None,
 ) -> None:
     """Serve the webhook over HTTPS on ``host:port`` until ``stop`` is set (or the task is
-    cancelled), then shut down gracefully (`shutdown`) and return.
+    cancelled), then shut down gracefully (`shutdown`, with the ``options.drain_seconds``
+    window after ``stop``; none after a cancellation) and return.
 
     ``cert_file`` / ``key_file`` are PEM files (``tls.crt`` / ``tls.key`` of a Kubernetes
     TLS Secret), re-read every ``options.reload_interval`` seconds (`CertificateReloader`).
 
     Raises:
         OSError: the address cannot be bound or a file cannot be read at start.
-        ssl.SSLError: the certificate and key do not load at start.
+        webhook.certificates.TLSFilesError (a ValueError): a file is not a PEM
+            certificate / unencrypted PEM key, or they do not match, at start.
+        ssl.SSLError: OpenSSL refuses the certificate and key at start.
     """
     options = options or ServeOptions()
-    app = make_app(registry, scope=options.scope, timeouts=options.timeouts)
+    app = make_app(
+        registry, scope=options.scope, timeouts=options.timeouts, budget=options.review_budget
+    )
     metrics = app[METRICS]
     reloader = CertificateReloader(
         cert_file, key_file, interval=options.reload_interval, on_reload=metrics.tls_reloaded
@@ -571,10 +671,13 @@ async def serve(
     metrics.certificate(reloader.pair)
     runner = await start(app, host, port, reloader.context)
     reloading = asyncio.get_running_loop().create_task(reloader.run())
+    drain = 0.0
     try:
         await (stop or asyncio.Event()).wait()
-        log.info("webhook stopping: finishing requests in progress")
+        drain = options.drain_seconds
     finally:
-        reloading.cancel()
-        await shutdown(runner, options.shutdown_timeout)
+        try:
+            await shutdown(runner, options.shutdown_timeout, drain=drain)
+        finally:
+            reloading.cancel()  # only now: a certificate renewed in the window is served
         log.info("webhook stopped")
