@@ -7,6 +7,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/gpu-intent
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY intent ./intent
 COPY gpu_intent ./gpu_intent
 COPY webhook ./webhook
 COPY controller ./controller

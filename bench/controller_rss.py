@@ -36,7 +36,7 @@ from typing import Any
 
 import aiohttp
 
-from gpu_intent.intent import ANNOTATION_SCALE_UP, Intent
+from intent.contract import ANNOTATION_SCALE_UP, Intent
 from sim.server import ApiServer
 from sim.store import NAMESPACES, NODEPOOLS, PODS, Store
 

@@ -18,7 +18,7 @@ NodeClaims.
 
 **B, native**: another fresh `SimCluster`, no webhook, no controller. The same demand as
 native whole-GPU pods (`native_pods`; the intent of each pod is what the webhook's own
-`webhook.inference.infer_intent` finds): per (model, pool), pods needing ``g >= 1`` GPUs
+`intent.inference.infer_intent` finds): per (model, pool), pods needing ``g >= 1`` GPUs
 become one pod of ``ceil(g)`` whole ``nvidia.com/gpu``, fractional pods are packed
 first-fit-decreasing into 1-GPU pods (``ceil(sum)`` of them when the fractions are
 dyadic, as here); each asks for the cpu and memory of the pods it stands for and selects
@@ -74,14 +74,14 @@ from controller.plan import PlanConfig
 from controller.reconciler import Controller, ControllerConfig
 from controller.triggers import TriggerSettings
 from gpu_intent.demo import apply, default_examples, load_manifests, webhook_configuration
-from gpu_intent.intent import Intent
-from gpu_intent.quantity import parse_quantity
+from intent.contract import Intent
+from intent.inference import infer_intent
+from intent.quantity import parse_quantity
 from sim import store as sim_store
 from sim.catalog import by_name, format_quantity
 from sim.cluster import SimCluster
 from sim.nodeclaims import FAST_TIMINGS, KarpenterTimings
 from webhook import server as webhook_server
-from webhook.inference import infer_intent
 
 NAMESPACE: Final = "ml"
 TRIGGERS_NS: Final = "gpu-intent-system"

@@ -14,7 +14,7 @@ from typing import Any
 
 from controller.model import parse_nodepool, parse_pending_pod
 from controller.plan import PlanConfig, Snapshot, plan
-from gpu_intent.intent import Intent
+from intent.contract import Intent
 
 MODELS = ("t4", "a10g", "l4", "l40s", "a100", "h100")
 FRACTIONS = ("0.25", "0.5", "1", "2", "0.3")

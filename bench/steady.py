@@ -25,7 +25,7 @@ from controller.incremental import IncrementalPlanner
 from controller.plan import PlanConfig, plan
 from controller.state import NAMESPACES, NODECLAIMS, NODEPOOLS, PENDING_PODS, TRIGGERS, ClusterState
 from controller.triggers import TriggerSettings
-from gpu_intent.intent import Intent
+from intent.contract import Intent
 
 MODELS = ("t4", "a10g", "l4", "l40s", "a100")
 FRACTIONS = ("0.25", "0.5", "1", "2", "0.5")

@@ -62,8 +62,8 @@ async def kopf_server(port: int, cert: str, key: str) -> None:
     from kopf._core.engines import admission, indexing
     from kopf._core.reactor import inventory
 
-    from gpu_intent.intent import ANNOTATION_VERSION, IntentError
-    from webhook.inference import infer_intent
+    from intent.contract import ANNOTATION_VERSION, IntentError
+    from intent.inference import infer_intent
     from webhook.scope import Scope
 
     scope = Scope.for_release("gpu-intent-system")

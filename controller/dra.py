@@ -24,9 +24,9 @@ from typing import Any
 
 from controller import karpenter
 from controller.model import NODEPOOL_LABEL, PodRef, pod_ref
-from gpu_intent.intent import ANNOTATION_SOURCE, ANNOTATION_VERSION, IntentError
-from webhook.dra import ClaimSource, pod_claims
-from webhook.inference import infer
+from intent.contract import ANNOTATION_SOURCE, ANNOTATION_VERSION, IntentError
+from intent.dra import ClaimSource, pod_claims
+from intent.inference import infer
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def claimed_by(pod: Mapping[str, Any]) -> set[Key]:
 @dataclass(frozen=True, slots=True)
 class DraIntent:
     """Intent annotations to write on a DRA pod (``gpu-intent.io/*``, from
-    `gpu_intent.intent.Intent.to_annotations`), and the warnings inference gave."""
+    `intent.contract.Intent.to_annotations`), and the warnings inference gave."""
 
     ref: PodRef
     annotations: dict[str, str]

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import orjson
 
 from controller import karpenter
-from gpu_intent.intent import (
+from intent.contract import (
     ANNOTATION_GPU_MEMORY,
     ANNOTATION_GPUS,
     ANNOTATION_MODEL,
@@ -35,7 +35,7 @@ from gpu_intent.intent import (
     is_label_value,
     parse_gpus,
 )
-from gpu_intent.quantity import parse_quantity
+from intent.quantity import parse_quantity
 
 #: Trigger pod annotation naming the NodeClaim the controller linked it to.
 ANNOTATION_NODECLAIM = f"{DOMAIN}/nodeclaim"
@@ -249,7 +249,7 @@ def gpu_need(intent: Intent) -> Decimal:
       memory (``model_memory_mib``: it names the model) takes the larger of that memory's
       share of the card and the share its sharing layer states (`SHARE_SOURCES`; without
       one, the intent's ``gpus`` is a placeholder: 1 for HAMi ``gpumem`` and
-      tensor-fusion ``vram-request``, 0.1 for KAI ``gpu-memory``, webhook.demand). The
+      tensor-fusion ``vram-request``, 0.1 for KAI ``gpu-memory``, intent.demand). The
       layers place such pods by memory: HAMi's ``Fit`` checks ``nvidia.com/gpumem``
       against each device's free memory (pkg/device/nvidia/device.go), KAI a
       ``gpu-memory`` pod against the device's memory. A HAMi pod takes at least

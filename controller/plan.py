@@ -87,7 +87,7 @@ from controller.model import (
     untolerated_taint,
 )
 from controller.triggers import LINKED_REASON, TriggerSettings, trigger_name, trigger_pod
-from gpu_intent.intent import format_gpus
+from intent.contract import format_gpus
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,7 +67,7 @@ from controller.state import (
     ClusterState,
 )
 from controller.triggers import condition_patch
-from gpu_intent.intent import (
+from intent.contract import (
     ANNOTATION_SCALE_UP,
     ANNOTATION_SOURCE,
     INJECT_LABEL,
@@ -77,7 +77,7 @@ from gpu_intent.intent import (
     TRIGGER_LABEL,
     TRIGGER_LABEL_VALUE,
 )
-from gpu_intent.logs import about
+from intent.logs import about
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ from controller.model import (
     slim_trigger,
 )
 from controller.plan import Snapshot
-from gpu_intent.intent import (
+from intent.contract import (
     ANNOTATION_GPUS,
     ANNOTATION_SCALE_UP,
     INJECT_LABEL,
@@ -86,7 +86,7 @@ PENDING_PODS = "pending-pods"
 TRIGGERS = "triggers"
 NODECLAIMS = "nodeclaims"
 NODEPOOLS = "nodepools"
-#: Namespaces that opted in (label `gpu_intent.intent.INJECT_LABEL`).
+#: Namespaces that opted in (label `intent.contract.INJECT_LABEL`).
 NAMESPACES = "namespaces"
 #: Karpenter's ``Nominated`` Events in the trigger namespace.
 NOMINATIONS = "nominations"

@@ -40,7 +40,7 @@ from controller.model import (
     NodePoolInfo,
     PodRef,
 )
-from gpu_intent.intent import (
+from intent.contract import (
     ANNOTATION_GPU_MEMORY,
     ANNOTATION_GPUS,
     ANNOTATION_MODEL,
@@ -50,7 +50,7 @@ from gpu_intent.intent import (
     TRIGGER_LABEL,
     TRIGGER_LABEL_VALUE,
 )
-from gpu_intent.quantity import parse_quantity
+from intent.quantity import parse_quantity
 
 #: HAMi's webhook skips pods with this label; without it HAMi would rewrite the trigger
 #: into a pod Karpenter rejects (Project-HAMi/HAMi pkg/scheduler/webhook.go).
@@ -235,7 +235,7 @@ def trigger_pod(
     """The Pod body of one trigger for ``gpus`` whole GPUs of ``group``.
 
     Shape: ``metadata.name`` ``name`` (see `trigger_name`) in ``settings.namespace``,
-    ownership labels (`gpu_intent.intent.TRIGGER_LABEL`, ``app.kubernetes.io/managed-by``)
+    ownership labels (`intent.contract.TRIGGER_LABEL`, ``app.kubernetes.io/managed-by``)
     plus ``hami.io/webhook: ignore``; annotations recording pool, model, GPUs, the copied
     selector and the pods served; ``nodeSelector`` with ``karpenter.sh/nodepool``, the
     model label when the group has a model, and the group's copied selector entries;

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpu_intent import __version__
-from gpu_intent.runtime import tune_gc
+from intent.runtime import tune_gc
 
 if TYPE_CHECKING:
     from controller.plan import PlanConfig
@@ -130,7 +130,7 @@ def _positive_int(text: str) -> int:
 
 
 def _log_format(text: str) -> str:
-    from gpu_intent.logs import LOG_FORMATS
+    from intent.logs import LOG_FORMATS
 
     if text not in LOG_FORMATS:
         raise argparse.ArgumentTypeError(f"expected one of {', '.join(LOG_FORMATS)}, got {text!r}")
@@ -138,7 +138,7 @@ def _log_format(text: str) -> str:
 
 
 def _log_level(text: str) -> str:
-    from gpu_intent.logs import LOG_LEVELS
+    from intent.logs import LOG_LEVELS
 
     if text.upper() not in LOG_LEVELS:
         raise argparse.ArgumentTypeError(f"expected one of {', '.join(LOG_LEVELS)}, got {text!r}")
@@ -245,7 +245,7 @@ def plan_config(args: argparse.Namespace) -> PlanConfig:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``gpu-intent`` argument parser: global options, then one subcommand."""
-    from gpu_intent.logs import LOG_FORMATS, LOG_LEVELS
+    from intent.logs import LOG_FORMATS, LOG_LEVELS
 
     parser = _Parser(prog="gpu-intent", description=DESCRIPTION, formatter_class=_HelpFormatter)
     parser.add_argument(
@@ -581,7 +581,7 @@ def _add_catalog_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--catalog",
         metavar="FILE",
-        help="GPU catalog YAML merged over the built-in one (gpu_intent/catalog.yaml shows "
+        help="GPU catalog YAML merged over the built-in one (intent/catalog.yaml shows "
         "the shape): extra GPUs, spellings, instance types",
     )
 
@@ -589,7 +589,7 @@ def _add_catalog_flag(parser: argparse.ArgumentParser) -> None:
 def _load_catalog(args: argparse.Namespace) -> bool:
     """Load ``--catalog`` over the built-in catalog and make it the one inference uses;
     False (after saying why on stderr) when it cannot be loaded."""
-    from gpu_intent.catalog import CatalogError, load_catalog, use_catalog
+    from intent.catalog import CatalogError, load_catalog, use_catalog
 
     try:
         use_catalog(load_catalog(args.catalog))
@@ -933,7 +933,7 @@ async def _run_webhook(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code: 0 done, 1 failed while running (an API
     error, a lost lease), 2 bad input (argparse's code for usage errors)."""
-    from gpu_intent.logs import configure
+    from intent.logs import configure
 
     args = build_parser().parse_args(argv)
     configure(args.log_level, args.log_format)

@@ -1,7 +1,7 @@
 """``gpu-intent explain``: each pod template's GPU intent and the reasoning, offline.
 
 Reads Kubernetes manifests (several YAML or JSON documents per file) and, for every pod
-template in them, runs the webhook's own inference (`webhook.inference.infer`, pure) and
+template in them, runs the webhook's own inference (`intent.inference.infer`, pure) and
 reports what the webhook would write and why. No cluster is contacted.
 
 Pod templates are found generically, so workload kinds gpu-intent has never heard of work
@@ -14,7 +14,7 @@ RayCluster; ``*ReplicaSpecs.<role>.template`` of Kubeflow jobs; ``leaderTemplate
 DRA: a pod template's ``spec.resourceClaims`` are resolved against the ResourceClaims and
 ResourceClaimTemplates (``resource.k8s.io``, any served version) of the same input, by
 name in the same namespace (an object without a namespace matches any); a claim not
-there gets `webhook.inference.infer`'s "could not be read" warning.
+there gets `intent.inference.infer`'s "could not be read" warning.
 
 Pure but for `read_documents`, which reads the files.
 """
@@ -30,10 +30,10 @@ from typing import Any, Final
 
 import yaml
 
-from gpu_intent.catalog import Catalog
-from gpu_intent.intent import ANNOTATION_SOURCE, ANNOTATION_VERSION, DOMAIN, Intent, IntentError
-from webhook.dra import ClaimSource, claim_spec, pod_claims
-from webhook.inference import Reason, infer
+from intent.catalog import Catalog
+from intent.contract import ANNOTATION_SOURCE, ANNOTATION_VERSION, DOMAIN, Intent, IntentError
+from intent.dra import ClaimSource, claim_spec, pod_claims
+from intent.inference import Reason, infer
 
 __all__ = [
     "Document",

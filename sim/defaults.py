@@ -38,8 +38,8 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from gpu_intent.intent import IntentError
-from gpu_intent.quantity import parse_quantity
+from intent.contract import IntentError
+from intent.quantity import parse_quantity
 from sim.store import ApiError, Obj
 
 __all__ = [

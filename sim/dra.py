@@ -50,8 +50,8 @@ from celpy import celtypes
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError
 
-from gpu_intent.intent import IntentError
-from gpu_intent.quantity import parse_quantity
+from intent.contract import IntentError
+from intent.quantity import parse_quantity
 from sim.catalog import CATALOG, InstanceType
 from sim.scheduling import is_terminal
 from sim.store import (

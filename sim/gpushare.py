@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any, Literal
 
-from gpu_intent.quantity import parse_quantity, to_mib
+from intent.quantity import parse_quantity, to_mib
 from sim.catalog import gpu_model
 from sim.dra import runs_dra
 from sim.scheduling import pod_requests

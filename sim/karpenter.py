@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
 
-from gpu_intent.quantity import parse_quantity
+from intent.quantity import parse_quantity
 from sim import dra
 from sim import nodeclaims as lifecycle
 from sim.affinity import anti_affinity_conflict, required_anti_affinity

@@ -39,8 +39,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Final
 
-from gpu_intent.intent import IntentError
-from gpu_intent.quantity import parse_quantity
+from intent.contract import IntentError
+from intent.quantity import parse_quantity
 from sim import dra, hami
 from sim.catalog import CAPACITY_TYPES, ZONES, InstanceType, format_resources
 from sim.requirements import NODEPOOL_LABEL, from_node_selector

@@ -25,7 +25,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Final
 
-from gpu_intent.quantity import parse_quantity
+from intent.quantity import parse_quantity
 
 __all__ = [
     "effective_requests",
@@ -52,7 +52,7 @@ def _parsed(value: str | int | float) -> Decimal:
 
 
 def quantity(value: Any, where: str) -> Decimal:
-    """`gpu_intent.quantity.parse_quantity` of ``value``, memoized: the sim's loops read
+    """`intent.quantity.parse_quantity` of ``value``, memoized: the sim's loops read
     the same few quantity strings (``"100m"``, ``"8"``, ``"16Gi"``) on every pass, and a
     `Decimal` is immutable, so one parse serves them all.
 
@@ -129,7 +129,7 @@ def effective_requests(pod: Mapping[str, Any]) -> dict[str, Decimal]:
     ``"pods": Decimal(1)``.
 
     Raises:
-        ValueError: a quantity does not parse (`gpu_intent.intent.IntentError`, a
+        ValueError: a quantity does not parse (`intent.contract.IntentError`, a
             ValueError subclass, whose message names the container and key).
     """
     spec = pod.get("spec") or {}

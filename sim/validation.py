@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from gpu_intent.intent import IntentError
-from gpu_intent.quantity import parse_quantity
+from intent.contract import IntentError
+from intent.quantity import parse_quantity
 from sim.store import NAMESPACES, PODS, BadRequest, Invalid, ResourceType
 
 __all__ = [

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-from gpu_intent.intent import Intent
+from intent.contract import Intent
 
 T0 = "2026-11-21T12:00:00Z"
 

@@ -4,7 +4,7 @@ counters over a window (across a restart) and the p99 bucket."""
 from __future__ import annotations
 
 from bench.faults import Sample, burst_pods, nodeclaims_needed, p99_bucket, window
-from webhook.inference import infer_intent
+from intent.inference import infer_intent
 
 
 def test_each_burst_pod_needs_one_whole_instance() -> None:

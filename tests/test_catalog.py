@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from gpu_intent.catalog import (
+from intent.catalog import (
     CatalogError,
     active_catalog,
     default_catalog,
     load_catalog,
     use_catalog,
 )
-from webhook.inference import infer_intent
+from intent.inference import infer_intent
 
 
 @pytest.mark.parametrize(

@@ -30,9 +30,9 @@ from controller_fixtures import nodepool
 
 from controller.model import GroupKey, PodRef, parse_nodepool
 from controller.triggers import TriggerSettings, trigger_pod
-from gpu_intent.catalog import load_catalog
 from gpu_intent.cli import build_parser
-from gpu_intent.intent import INJECT_LABEL, INJECT_VALUE
+from intent.catalog import load_catalog
+from intent.contract import INJECT_LABEL, INJECT_VALUE
 from sim.affinity import selector_matches
 
 FULLNAME = RELEASE  # the release name contains the chart name

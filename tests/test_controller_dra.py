@@ -11,7 +11,7 @@ from controller_fixtures import T0, nodeclaim
 
 from controller.dra import intents_to_record, node_devices, slim_claim, slim_slice
 from controller.model import parse_nodeclaim, slim_pod
-from gpu_intent.intent import Intent
+from intent.contract import Intent
 
 L4 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA L4"'
 

@@ -23,11 +23,11 @@ def test_tolerations_match_taints_as_kubernetes_does() -> None:
 
 def test_gpu_need_reads_memory_as_a_share_of_the_named_card() -> None:
     """What a pod takes of a GPU when packed: the intents the webhook writes for the
-    sharing layers (webhook.demand), read as the layers place them."""
+    sharing layers (intent.demand), read as the layers place them."""
     from decimal import Decimal
 
     from controller.model import gpu_need
-    from gpu_intent.intent import Intent
+    from intent.contract import Intent
 
     a10g = 22888  # MiB, the catalog's A10G
     hami = ("hami:nvidia.com/gpumem", "hami:nvidia.com/use-gputype")
@@ -60,7 +60,7 @@ def test_gpu_use_counts_a_bound_multi_device_pod_by_its_devices_memory_shares() 
     from decimal import Decimal
 
     from controller.model import HAMI_MIN_SHARE, gpu_need, gpu_use
-    from gpu_intent.intent import Intent
+    from intent.contract import Intent
 
     l4, a10g = 23034, 22888  # MiB, the catalog's cards
     tf = ("tensor-fusion:tensor-fusion.ai/gpu-count", "tensor-fusion:tensor-fusion.ai/vram-request")

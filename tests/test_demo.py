@@ -24,7 +24,7 @@ from gpu_intent.demo import (
     native_twins,
     run_demo,
 )
-from gpu_intent.intent import Intent
+from intent.contract import Intent
 from sim.catalog import by_name
 
 

@@ -1,4 +1,4 @@
-"""webhook.dra: GPU demand of DRA ResourceClaims in every served shape, CEL selectors read
+"""intent.dra: GPU demand of DRA ResourceClaims in every served shape, CEL selectors read
 against the catalog's devices, and infer's use of it (claims summed, overrides, warnings)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu_intent.catalog import Catalog, default_catalog
-from gpu_intent.intent import IntentError
-from webhook.dra import (
+from intent.catalog import Catalog, default_catalog
+from intent.contract import IntentError
+from intent.dra import (
     DEVICE_CLASSES,
     ClaimDemand,
     ClaimSource,
@@ -23,7 +23,7 @@ from webhook.dra import (
     claim_spec,
     pod_claims,
 )
-from webhook.inference import infer
+from intent.inference import infer
 
 PRODUCT = 'device.attributes["gpu.nvidia.com"].productName'
 MEMORY = 'device.capacity["gpu.nvidia.com"].memory'

@@ -14,7 +14,7 @@ from e2e_support import TRIGGERS_NS, Env, NodeClaimCount, eventually
 from controller import informer as informer_module
 from controller.model import ScaleUpStatus
 from gpu_intent.demo import apply, default_examples, load_manifests
-from gpu_intent.intent import Intent
+from intent.contract import Intent
 
 
 async def create_workloads(env: Env) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ from e2e_support import TRIGGERS_NS, Env, NodeClaimCount, eventually
 
 from controller.model import ScaleUpStatus
 from gpu_intent.demo import apply
-from gpu_intent.quantity import parse_quantity
+from intent.quantity import parse_quantity
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gpu_intent.catalog import use_catalog
 from gpu_intent.cli import main
+from intent.catalog import use_catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "tests" / "fixtures" / "manifests"

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from gpu_intent.intent import Intent, IntentError
-from gpu_intent.quantity import parse_count, parse_quantity, to_mib
-from webhook.inference import canonical_model, infer, infer_intent
+from intent.contract import Intent, IntentError
+from intent.inference import canonical_model, infer, infer_intent
+from intent.quantity import parse_count, parse_quantity, to_mib
 
 
 def container(

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from gpu_intent.intent import Intent, IntentError, is_pool_name
+from intent.contract import Intent, IntentError, is_pool_name
 
 
 def test_model_memory_round_trips_and_is_optional() -> None:

@@ -1,4 +1,4 @@
-"""gpu_intent.quantity on hostile input: every string is a Decimal or an IntentError."""
+"""intent.quantity on hostile input: every string is a Decimal or an IntentError."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_intent.intent import IntentError
-from gpu_intent.quantity import MAX_EXPONENT, parse_count, parse_quantity, to_mib
+from intent.contract import IntentError
+from intent.quantity import MAX_EXPONENT, parse_count, parse_quantity, to_mib
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from test_leader import LAUNCH, settled, workloads
 from controller.kube import Kube, Obj
 from controller.model import ANNOTATION_NODECLAIM, ScaleUpStatus
 from controller.reconciler import Controller
-from gpu_intent.intent import ANNOTATION_SCALE_UP
+from intent.contract import ANNOTATION_SCALE_UP
 
 
 class CutKube(Kube):

@@ -1,4 +1,4 @@
-"""`gpu_intent.runtime`: the garbage collector settings every command runs with."""
+"""`intent.runtime`: the garbage collector settings every command runs with."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpu_intent.runtime import GC_THRESHOLDS, tune_gc
+from intent.runtime import GC_THRESHOLDS, tune_gc
 
 
 @pytest.fixture

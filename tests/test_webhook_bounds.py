@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from test_webhook_review import apply, assert_unpatched, decode_patch, gpu_pod, make_review
 
-from gpu_intent.intent import MAX_MIB, Intent, IntentError
-from gpu_intent.text import show
-from webhook.demand import MAX_CONTAINERS
-from webhook.dra import MAX_POD_CLAIMS
-from webhook.gpu_model import MAX_EXPRESSIONS, MAX_LIST_ENTRIES, MAX_NAME_LENGTH
-from webhook.inference import Budget, DeadlineExceeded, infer
+from intent.contract import MAX_MIB, Intent, IntentError
+from intent.demand import MAX_CONTAINERS
+from intent.dra import MAX_POD_CLAIMS
+from intent.gpu_model import MAX_EXPRESSIONS, MAX_LIST_ENTRIES, MAX_NAME_LENGTH
+from intent.inference import Budget, DeadlineExceeded, infer
+from intent.text import show
 from webhook.review import MAX_ANNOTATIONS_BYTES, MAX_WARNINGS, admit
 
 

@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry
 from webhook_strategies import bodies, captured_variants, reviews
 
 from certs import write_tls_files
-from gpu_intent.intent import INTENT_ANNOTATIONS, Intent
+from intent.contract import INTENT_ANNOTATIONS, Intent
 from webhook.review import MAX_WARNING, MalformedReview, admit, review
 from webhook.server import make_app, ssl_context, start
 

@@ -13,9 +13,9 @@ import pytest
 
 from controller.model import GroupKey, NodePoolInfo, PodRef
 from controller.triggers import TriggerSettings, trigger_pod
-from gpu_intent.intent import Intent
+from intent.contract import Intent
+from intent.inference import Inference
 from webhook import review as review_module
-from webhook.inference import Inference
 from webhook.review import admit, make_annotation_patch, review
 from webhook.scope import SYSTEM_NAMESPACES, Scope
 

@@ -21,9 +21,9 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 import jsonpatch
 import orjson
 
-from gpu_intent.intent import ANNOTATION_VERSION, INTENT_ANNOTATIONS, Intent, IntentError
-from gpu_intent.text import show
-from webhook.inference import Budget, DeadlineExceeded, infer
+from intent.contract import ANNOTATION_VERSION, INTENT_ANNOTATIONS, Intent, IntentError
+from intent.inference import Budget, DeadlineExceeded, infer
+from intent.text import show
 from webhook.scope import Scope
 
 __all__ = [
@@ -59,7 +59,7 @@ MAX_WARNING: Final = 256
 #: ``pkg/endpoints/filters/warning.go``); inference's warnings are at most 120 characters.
 MAX_WARNINGS: Final = 16
 WARNING_PREFIX: Final = "gpu-intent: "
-#: CPU seconds one review may spend inferring an intent (`webhook.inference.Budget`);
+#: CPU seconds one review may spend inferring an intent (`intent.inference.Budget`);
 #: past it the pod is allowed unchanged with a warning (outcome ``deadline``). A review
 #: takes about 0.1 ms; the budget keeps one hostile pod from holding the event loop.
 DEFAULT_BUDGET: Final = 0.05
@@ -359,7 +359,7 @@ def admit(
     cannot be read (`IntentError`), or whose annotations would pass kube-apiserver's
     `MAX_ANNOTATIONS_BYTES` with the intent: no patch and a warning (``error_object``).
     Inference that spends more than ``budget`` seconds of ``clock`` (CPU time of this
-    thread by default; `webhook.inference.Budget`): no patch and a warning
+    thread by default; `intent.inference.Budget`): no patch and a warning
     (``deadline``). Otherwise a JSON patch (`make_annotation_patch`) that writes the
     `Intent` annotations and removes any other ``gpu-intent.io/`` intent annotation the
     pod carries (a user's value inference did not keep), so the pod's intent annotations

@@ -9,7 +9,7 @@ selects too much (edited by hand, another chart, a selector typo). Skipped:
   operating on the kube-system namespace");
 - pods in the namespace gpu-intent runs in (its release namespace): the webhook must not
   depend on itself to start, and the controller's trigger pods live there;
-- the controller's trigger pods anywhere (`gpu_intent.intent.is_trigger`: labels
+- the controller's trigger pods anywhere (`intent.contract.is_trigger`: labels
   ``gpu-intent.io/trigger=true`` and ``app.kubernetes.io/managed-by=gpu-intent``, set by
   ``controller.triggers``): a trigger already asks for whole GPUs Karpenter understands,
   and an intent on it would make the controller count it as demand.
@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from gpu_intent.intent import is_trigger
+from intent.contract import is_trigger
 
 __all__ = ["SYSTEM_NAMESPACES", "Scope"]
 

@@ -47,8 +47,8 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import generate_latest
 
-from gpu_intent.intent import Intent, format_gpus
-from gpu_intent.logs import about
+from intent.contract import Intent, format_gpus
+from intent.logs import about
 from webhook.certificates import (
     DEFAULT_RELOAD_INTERVAL,
     CertificateReloader,

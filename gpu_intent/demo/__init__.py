@@ -25,7 +25,7 @@ NodePool the controller would use), tolerating every taint. Pods with a fraction
 intent (< 1 GPU) of the same model and pool are summed first, so two 0.5-GPU L4 pods make
 one 1-GPU twin. A pod with no GPU intent enters the solve as it is. The intent is the
 webhook's annotation, or for a pod the webhook did not annotate (its namespace is not
-opted in) what `webhook.inference.infer_intent` finds in the pod.
+opted in) what `intent.inference.infer_intent` finds in the pod.
 
 From that solve (`native_need`) and the NodeClaims created, `balance` computes:
 

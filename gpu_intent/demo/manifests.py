@@ -12,7 +12,7 @@ from typing import Any, Final
 import yaml
 from kubernetes_asyncio import client
 
-from gpu_intent.intent import (
+from intent.contract import (
     INJECT_LABEL,
     INJECT_VALUE,
 )

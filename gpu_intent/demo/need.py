@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpu_intent.demo.manifests import ANY_MODEL, GPU_NAME_LABEL, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL
-from gpu_intent.intent import Intent
+from intent.contract import Intent
 from sim.catalog import CATALOG, InstanceType, by_name, format_quantity
 from sim.karpenter import Snapshot, solve
 from sim.scheduling import pod_requests

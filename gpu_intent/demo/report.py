@@ -16,13 +16,13 @@ from controller.model import ScaleUpStatus
 from gpu_intent.demo.manifests import INSTANCE_TYPE_LABEL, NODEPOOL_LABEL
 from gpu_intent.demo.need import Balance, ClaimCost, Need, bought_claim
 from gpu_intent.explain import ClaimIndex, resolve_claims
-from gpu_intent.intent import (
+from intent.contract import (
     TRIGGER_LABEL,
     Intent,
     IntentError,
     format_gpus,
 )
-from webhook.inference import infer
+from intent.inference import infer
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class Timeline:
         """The intent the webhook (or, for a DRA pod, the controller) would find: a DRA
         pod's claims are read from `dra_claims` (the examples' ResourceClaimTemplates and
         ResourceClaims), as `gpu-intent explain` reads them. Raises IntentError as
-        `webhook.inference.infer`."""
+        `intent.inference.infer`."""
         namespace = str((pod.get("metadata") or {}).get("namespace", ""))
         claimed = resolve_claims(pod, namespace, self.dra_claims)
         return infer(pod, reasons=False, claims=claimed).intent

@@ -43,7 +43,7 @@ from gpu_intent.demo.report import (
     summary_json,
 )
 from gpu_intent.explain import claim_index
-from gpu_intent.intent import TRIGGER_LABEL
+from intent.contract import TRIGGER_LABEL
 from sim.cluster import SimCluster
 from sim.nodeclaims import EKS_TIMINGS, KarpenterTimings
 from webhook import server as webhook_server

@@ -2,8 +2,8 @@
 
 A purely computational module: no I/O, no awaits. The caller (the controller, or
 ``gpu-intent explain`` with the manifests of a file) reads the claims; this module says
-what they ask for, in whole GPUs of a catalog model. `webhook.inference.infer` folds the
-result into the pod's `gpu_intent.intent.Intent` (source tokens ``dra:<claim name>``).
+what they ask for, in whole GPUs of a catalog model. `intent.inference.infer` folds the
+result into the pod's `intent.contract.Intent` (source tokens ``dra:<claim name>``).
 
 **Where a pod's claims are** (kubernetes ``pkg/apis/core/types.go`` PodResourceClaim,
 ``pkg/controller/resourceclaim/controller.go``): ``spec.resourceClaims[]`` names each claim
@@ -53,10 +53,10 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
-from gpu_intent.catalog import Catalog, Gpu
-from gpu_intent.intent import MAX_GPUS, IntentError
-from gpu_intent.quantity import parse_quantity
-from webhook.demand import short, show
+from intent.catalog import Catalog, Gpu
+from intent.contract import MAX_GPUS, IntentError
+from intent.demand import short, show
+from intent.quantity import parse_quantity
 
 if TYPE_CHECKING:  # imported when a selector is first read: the webhook never reads one
     import celpy
@@ -662,7 +662,7 @@ def claim_demand(
     Raises:
         IntentError: the spec breaks the API's shape (the message names the field:
             ``spec.devices.requests[0].exactly.count``), an unknown ``allocationMode``, or
-            more than `gpu_intent.intent.MAX_GPUS` GPUs.
+            more than `intent.contract.MAX_GPUS` GPUs.
     """
     classes = _classes(device_classes)
     claim = source.name if isinstance(source.name, str) and source.name else "?"

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import yaml
 
-from gpu_intent.intent import is_label_value
+from intent.contract import is_label_value
 
 __all__ = [
     "Catalog",
@@ -382,9 +382,9 @@ def load_catalog(override: str | Path | None = None) -> Catalog:
         CatalogError: a file cannot be read, is not YAML, or breaks the shape described in
             ``catalog.yaml`` (the message names the file and the field).
     """
-    builtin = resources.files("gpu_intent").joinpath(_BUILTIN)
+    builtin = resources.files("intent").joinpath(_BUILTIN)
     data = _parse(yaml.safe_load(builtin.read_text(encoding="utf-8")), f"gpu_intent/{_BUILTIN}")
-    where = "gpu_intent/catalog.yaml"
+    where = "intent/catalog.yaml"
     if override is not None:
         where = str(override)
         extra = _parse(_read(Path(override)), where)

@@ -24,8 +24,8 @@ import re
 from decimal import Decimal, InvalidOperation, localcontext
 from typing import Final
 
-from gpu_intent.intent import IntentError
-from gpu_intent.text import show
+from intent.contract import IntentError
+from intent.text import show
 
 __all__ = ["MAX_EXPONENT", "parse_count", "parse_quantity", "quantity_or_reason", "to_mib"]
 

@@ -2,7 +2,7 @@
 
 A purely computational module: no I/O, no awaits. `read_demand` reads every source
 (HAMi, KAI-Scheduler, tensor-fusion, whole ``nvidia.com/gpu`` / ``amd.com/gpu``) and keeps
-the first that gives demand; `webhook.inference` adds the model, pool and the user's
+the first that gives demand; `intent.inference` adds the model, pool and the user's
 annotations. Every rule names its source in the reader's docstring. Also the small text
 helpers warnings share (`short`, `brief`), so each stays one line of at most 120
 characters once the webhook puts ``gpu-intent: `` before it.
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any, Final
 
-from gpu_intent.intent import IntentError, check_mib, format_gpus
-from gpu_intent.quantity import quantity_or_reason, to_mib
-from gpu_intent.text import show
+from intent.contract import IntentError, check_mib, format_gpus
+from intent.quantity import quantity_or_reason, to_mib
+from intent.text import show
 
 __all__ = [
     "AMD_GPU_RESOURCE",

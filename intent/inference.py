@@ -3,7 +3,7 @@
 A purely computational module: no I/O, no awaits. The webhook calls `infer` on the pod of
 an AdmissionReview (the JSON patch is `webhook.review`'s business); ``gpu-intent explain``
 calls the same function on the pod templates of manifests. The GPU facts (model names,
-memory variants, instance types) come from the `gpu_intent.catalog` loaded at start.
+memory variants, instance types) come from the `intent.catalog` loaded at start.
 
 **Demand** (``gpus``), first source that gives one wins (every fact names its source):
 
@@ -22,7 +22,7 @@ memory variants, instance types) come from the `gpu_intent.catalog` loaded at st
 **DRA**: a pod with ``spec.resourceClaims`` asks through ResourceClaims, which the
 webhook cannot read at admission (a template's claim does not exist yet). When the caller
 passes the claims (``claims``: the controller, ``gpu-intent explain`` with the claims of
-the same file), their GPUs (`webhook.dra.claim_demand`, summed over the claims) are the
+the same file), their GPUs (`intent.dra.claim_demand`, summed over the claims) are the
 demand, over sources 1-4 (a warning says so when those differ), with source tokens
 ``dra:<claim name>``; each claim's model is a model source after the node constraints.
 Without them the intent comes from the other sources, with a warning per claim that it
@@ -58,8 +58,8 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, Context, Decimal
 from typing import Any, Final
 
-from gpu_intent.catalog import Catalog, GpuMatch, active_catalog
-from gpu_intent.intent import (
+from intent.catalog import Catalog, GpuMatch, active_catalog
+from intent.contract import (
     ANNOTATION_GPU_MEMORY,
     ANNOTATION_GPUS,
     ANNOTATION_MODEL,
@@ -72,8 +72,7 @@ from gpu_intent.intent import (
     is_pool_name,
     parse_gpus,
 )
-from gpu_intent.quantity import to_mib
-from webhook.demand import (
+from intent.demand import (
     GPU_RESOURCE,
     MAX_WARNING,
     TF_GPUPOOL,
@@ -84,8 +83,8 @@ from webhook.demand import (
     short,
     show,
 )
-from webhook.dra import DEVICE_CLASSES, CanServe, ClaimSource, claim_demand, pod_claims
-from webhook.gpu_model import (
+from intent.dra import DEVICE_CLASSES, CanServe, ClaimSource, claim_demand, pod_claims
+from intent.gpu_model import (
     NODEPOOL_LABEL,
     ModelChoice,
     Named,
@@ -96,6 +95,7 @@ from webhook.gpu_model import (
     model_sources,
     read_constraints,
 )
+from intent.quantity import to_mib
 
 __all__ = [
     "MAX_WARNING",
@@ -289,7 +289,7 @@ def _dra(
     device_classes: Mapping[str, tuple[str, str]] = DEVICE_CLASSES,
     can_serve: CanServe | None = None,
 ) -> tuple[Demand | None, list[tuple[str, Named]]]:
-    """The GPUs the pod's DRA claims ask for (`webhook.dra.claim_demand`, summed) and the
+    """The GPUs the pod's DRA claims ask for (`intent.dra.claim_demand`, summed) and the
     models they name, as ``(token, name)``; ``(None, [])`` for a pod without claims, or
     whose claims ask for no GPU or are not given (a warning per claim not given)."""
     entries = pod_claims(pod)
@@ -356,7 +356,7 @@ def infer(
     ``request.object``, or a pod template with ``metadata`` and ``spec``), with the
     reasoning behind each part and the warnings a user should see.
 
-    ``catalog`` is the GPU catalog (default: `gpu_intent.catalog.active_catalog`, loaded
+    ``catalog`` is the GPU catalog (default: `intent.catalog.active_catalog`, loaded
     once per process). The result's intent is None when the pod asks for no GPU (a GPU
     node selector alone is not demand); its ``gpus`` is GPUs in total (fractional only for
     a share of one device or a MIG slice; a request spread over N >= 2 devices is N whole
@@ -369,10 +369,10 @@ def infer(
     the webhook sends the intent and the warnings, never the reasons, and leaving their
     text out saves about a tenth of a review. The intent and warnings are the same.
 
-    ``claims`` are the pod's DRA claims resolved to their specs (`webhook.dra.ClaimSource`,
+    ``claims`` are the pod's DRA claims resolved to their specs (`intent.dra.ClaimSource`,
     matched to ``spec.resourceClaims[]`` by entry name), None when the caller cannot read
     them (the webhook): see "DRA" in the module docstring. ``device_classes`` and
-    ``can_serve`` go to `webhook.dra.claim_demand` (extra GPU device classes; which
+    ``can_serve`` go to `intent.dra.claim_demand` (extra GPU device classes; which
     ``(model, vendor)`` the cluster can make nodes for).
 
     The work is linear in the pod and bounded: lists are read up to `MAX_LIST_ENTRIES`

@@ -1,11 +1,11 @@
 """Which GPU model a pod's node constraints and sharing-layer annotations name.
 
-A purely computational module: no I/O, no awaits. `webhook.inference.infer` reads the
+A purely computational module: no I/O, no awaits. `intent.inference.infer` reads the
 pod's hard node constraints (`read_constraints`: ``nodeSelector`` and required node
 affinity on GPU-name labels, instance types, families and the NodePool), gathers every
 source that names GPUs (`model_sources`), the exclusions (`model_deny`), and chooses the
 model all of them allow (`choose_model`); the rules and their sources are in
-`webhook.inference`'s module docstring. Work is linear in the pod and bounded: at most
+`intent.inference`'s module docstring. Work is linear in the pod and bounded: at most
 `MAX_LIST_ENTRIES` entries of a list, `MAX_EXPRESSIONS` affinity expressions and names of
 `MAX_NAME_LENGTH` characters are read, each cut said in a warning.
 """
@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, NamedTuple, TypeGuard
 
-from gpu_intent.catalog import Catalog, GpuMatch, active_catalog, normalize
-from gpu_intent.intent import ANNOTATION_MODEL, is_label_value
-from webhook.demand import HAMI_NOUSE_GPUTYPE, HAMI_USE_GPUTYPE, TF_GPU_MODEL, brief, short, show
+from intent.catalog import Catalog, GpuMatch, active_catalog, normalize
+from intent.contract import ANNOTATION_MODEL, is_label_value
+from intent.demand import HAMI_NOUSE_GPUTYPE, HAMI_USE_GPUTYPE, TF_GPU_MODEL, brief, short, show
 
 __all__ = [
     "FAMILY_LABELS",
@@ -104,7 +104,7 @@ _CONSTRAINT_KEYS: Final = (*_MODEL_KEY_ORDER, NODEPOOL_LABEL)
 def canonical_model(raw: str, catalog: Catalog | None = None) -> str | None:
     """Canonical lowercase GPU model for a label or annotation value, or None if empty.
 
-    Through the catalog (`gpu_intent.catalog.Catalog.lookup`): ``"NVIDIA-A100-SXM4-80GB"``
+    Through the catalog (`intent.catalog.Catalog.lookup`): ``"NVIDIA-A100-SXM4-80GB"``
     -> ``"a100"``, ``"Tesla-T4"`` / ``"nvidia-tesla-t4"`` / ``"T4"`` -> ``"t4"``. An
     unknown name flows through lowercased, with leading ``nvidia-`` / ``tesla-`` stripped
     (``"NVIDIA-RTX-5000"`` -> ``"rtx-5000"``); it need not be a valid label value here
