@@ -99,6 +99,7 @@ MAX_NAME_LENGTH: Final = 253
 #: Keys of the pod's node constraints inference reads: GPU-name labels, instance types
 #: and families, and the NodePool label.
 _CONSTRAINT_KEYS: Final = (*_MODEL_KEY_ORDER, NODEPOOL_LABEL)
+_READ_KEYS: Final = frozenset(_CONSTRAINT_KEYS)
 
 
 def canonical_model(raw: str, catalog: Catalog | None = None) -> str | None:
@@ -182,9 +183,11 @@ def read_constraints(spec: Mapping[str, Any], warnings: list[str]) -> NodeConstr
     out = NodeConstraints()
     selector = spec.get("nodeSelector")
     if _is_mapping(selector):
-        for key in _CONSTRAINT_KEYS:
-            value = selector.get(key)
-            if isinstance(value, str) and (text := value.strip()):
+        # the smaller side is walked: a selector's few keys, or the keys read of a huge one
+        keys = selector if len(selector) <= len(_CONSTRAINT_KEYS) else _CONSTRAINT_KEYS
+        for key in keys:
+            if key in _READ_KEYS and isinstance(value := selector.get(key), str) \
+                    and (text := value.strip()):  # fmt: skip
                 out.selector[key] = text
     elif selector is not None:
         warnings.append(short("spec.nodeSelector is not an object; ignored"))
@@ -224,7 +227,7 @@ def _read_expression(expr: object, out: NodeConstraints, warnings: list[str]) ->
     operator = expr.get("operator")
     target = out.in_values if operator == "In" else out.not_in if operator == "NotIn" else None
     key = expr.get("key")
-    if target is None or key not in _CONSTRAINT_KEYS:
+    if target is None or not isinstance(key, str) or key not in _READ_KEYS:
         return
     values = expr.get("values")
     if not isinstance(values, list):
