@@ -87,8 +87,8 @@ async def test_two_kai_halves_needing_3_cpu_each_fit_the_node_their_trigger_buys
     env: Env,
 ) -> None:
     """Both halves exist before the controller starts, so it sees them together: this
-    tests trigger sizing, not the timing of two applies (see README, Known limits:
-    pods that arrive apart may be bound into a trigger sized for fewer of them)."""
+    tests trigger sizing, not the timing of two applies (see docs/limits.md, "Pods that
+    arrive apart": they may be bound into a trigger sized for fewer of them)."""
     count = NodeClaimCount(env.cluster)
     selector = {"nvidia.com/gpu.product": "NVIDIA-L4"}
     for name in ("half-a", "half-b"):

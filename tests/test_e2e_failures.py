@@ -17,8 +17,8 @@ from conftest import make_env
 from e2e_support import FAST, TRIGGERS_NS, Env, NodeClaimCount, TriggerCount, eventually
 from test_e2e_exact import kai_pod, node_of, status_of
 
+from controller.decisions import PlanConfig
 from controller.model import RetryState, ScaleUpStatus
-from controller.plan import PlanConfig
 from controller.reconciler import Controller, ControllerConfig
 from controller.triggers import TriggerSettings
 from gpu_intent.demo import apply
@@ -411,7 +411,7 @@ async def test_the_retry_count_survives_a_controller_restart(tmp_path: Path) -> 
     timings = dataclasses.replace(FAST, launch_timeout_seconds=1.0)
     # A 2 s backoff: the restart falls inside it, while no trigger exists. (A trigger
     # whose NodeClaim fails while no controller runs is retried by Karpenter itself; see
-    # README, Known limits.)
+    # docs/limits.md, "Failures the controller does not see".)
     three = {"retry_base_seconds": 2.0, "retry_max_seconds": 2.0, "retry_attempts": 3}
     async with make_env(tmp_path, timings) as env:
         karpenter = env.cluster.karpenter

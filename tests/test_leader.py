@@ -254,7 +254,7 @@ def kube_for(env: Env) -> CountingKube:
 
 #: NodeClaims take 7 s from creation to Ready here, against a 2 s lease: about the ratio
 #: of production's (15 s lease, about 60 s to Ready on EKS). With the sim's fast timings
-#: (0.2 s) a leaderless second spans whole NodeClaim lifetimes, and see the README
+#: (0.2 s) a leaderless second spans whole NodeClaim lifetimes, and see docs/operations.md
 #: ("Replicas and leader election") for what a gap that long costs.
 LAUNCH = KarpenterTimings(
     batch_idle_seconds=0.2,

@@ -99,8 +99,8 @@ async def test_a_restart_at_any_point_leaks_and_duplicates_nothing(
     """With NodeClaims 7 s from creation to Ready (`test_leader.LAUNCH`): the sim's fast
     0.2 s NodeClaims turn Ready inside the restart itself (listing seven collections,
     about 0.3 s here), so a trigger was never marked linked, the pods took its node and
-    Karpenter bought again for it (one NodeClaim too many, README "Replicas and
-    leader election"); production's restart is seconds against a minute."""
+    Karpenter bought again for it (one NodeClaim too many, docs/operations.md
+    "Replicas and leader election"); production's restart is seconds against a minute."""
     async with make_env(tmp_path, LAUNCH) as env:
         await restart_at(env, point)
 
