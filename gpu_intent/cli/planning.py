@@ -1,0 +1,134 @@
+"""The controller's planning flags, which ``controller`` and ``demo`` share, and the
+`PlanConfig` they make (`plan_config`). Their defaults are those of
+`controller.plan.PlanConfig` and `controller.triggers.TriggerSettings`, imported when the
+flags are added (so only by a subcommand that has them)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from gpu_intent.cli.common import non_negative_int, positive, positive_int
+
+if TYPE_CHECKING:
+    from controller.plan import PlanConfig
+    from controller.triggers import TriggerSettings
+
+
+def add_planning_flags(
+    parser: argparse.ArgumentParser,
+    *,
+    namespace: str | None = None,
+    namespace_help: str = "namespace for trigger pods",
+    default_nodepool: str | None = None,
+) -> None:
+    """Add the controller's planning flags to ``parser``: ``--namespace`` (trigger pods'
+    namespace, default ``namespace``, or ``TriggerSettings().namespace`` when None),
+    ``--default-nodepool`` (default ``default_nodepool``, or ``PlanConfig``'s when None),
+    ``--gpu-name-label``, ``--gpu-memory-label``, ``--binding-triggers``,
+    ``--trigger-image``, ``--trigger-priority-class``, ``--trigger-deadline-seconds``,
+    ``--cover-seconds``, ``--cover-max-seconds`` (seconds) and ``--max-triggers``.
+    `plan_config` turns the parsed values into a ``PlanConfig``."""
+    from controller.plan import PlanConfig
+    from controller.triggers import TriggerSettings
+
+    plan, trigger = PlanConfig(), TriggerSettings()
+    parser.add_argument(
+        "--namespace", default=trigger.namespace if namespace is None else namespace,
+        help=namespace_help,
+    )  # fmt: skip
+    parser.add_argument(
+        "--default-nodepool",
+        default=plan.default_nodepool if default_nodepool is None else default_nodepool,
+        help="NodePool for GPU intents that name no model",
+    )
+    _add_trigger_flags(parser, trigger)
+    _add_cover_flags(parser, plan)
+
+
+def _add_trigger_flags(parser: argparse.ArgumentParser, trigger: TriggerSettings) -> None:
+    """How trigger pods are built: labels, binding, image, PriorityClass, deadline."""
+    parser.add_argument(
+        "--gpu-name-label",
+        default=trigger.gpu_name_label,
+        help="node label carrying the GPU model (default: the AWS provider's)",
+    )
+    parser.add_argument(
+        "--gpu-memory-label",
+        default=trigger.gpu_memory_label,
+        help="node label carrying MiB of memory per GPU, for intents that state memory but "
+        "no model (default: the AWS provider's)",
+    )
+    parser.add_argument(
+        "--binding-triggers",
+        action="store_true",
+        help="make triggers ordinary pods kube-scheduler binds, instead of non-binding ones "
+        "(only for clusters that reject pods naming an unknown scheduler)",
+    )
+    parser.add_argument(
+        "--trigger-image",
+        default=trigger.image,
+        help="image of trigger pods (never run with non-binding triggers; binding ones run"
+        " it until their node is Ready)",
+    )
+    parser.add_argument(
+        "--trigger-priority-class", default=trigger.priority_class,
+        help="PriorityClass for trigger pods (default: none)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--trigger-deadline-seconds",
+        type=positive_int,
+        default=trigger.deadline_seconds,
+        metavar="SECONDS",
+        help="activeDeadlineSeconds of trigger pods, a last resort: a kubelet running a "
+        "(binding) trigger this long ends it, since one alive that long is a bug or a "
+        f"stuck NodeClaim (default {trigger.deadline_seconds})",
+    )
+
+
+def _add_cover_flags(parser: argparse.ArgumentParser, plan: PlanConfig) -> None:
+    """How long scaled-up pods are left to their scheduler; the trigger cap."""
+    parser.add_argument(
+        "--cover-seconds",
+        type=positive,
+        default=plan.cover_seconds,
+        metavar="SECONDS",
+        help="how long pods whose node is Ready are left to their scheduler before buying again",
+    )
+    parser.add_argument(
+        "--cover-max-seconds",
+        type=positive,
+        default=plan.cover_max_seconds,
+        metavar="SECONDS",
+        help="how long that may last while their schedulers are still binding pods "
+        "gpu-intent scaled up for (a burst binds one pod after another)",
+    )
+    parser.add_argument(
+        "--max-triggers",
+        type=non_negative_int,
+        default=plan.max_triggers,
+        help="most live trigger pods (0: none)",
+    )
+
+
+def plan_config(args: argparse.Namespace) -> PlanConfig:
+    """The ``PlanConfig`` for the flags added by `add_planning_flags` (its other fields
+    keep their defaults)."""
+    from controller.plan import PlanConfig
+    from controller.triggers import TriggerSettings
+
+    return PlanConfig(
+        trigger=TriggerSettings(
+            namespace=args.namespace,
+            image=args.trigger_image,
+            gpu_name_label=args.gpu_name_label,
+            gpu_memory_label=args.gpu_memory_label,
+            priority_class=args.trigger_priority_class,
+            binding=args.binding_triggers,
+            deadline_seconds=args.trigger_deadline_seconds,
+        ),
+        default_nodepool=args.default_nodepool,
+        cover_seconds=args.cover_seconds,
+        cover_max_seconds=args.cover_max_seconds,
+        max_triggers=args.max_triggers,
+    )
