@@ -31,8 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.controller_rss import EXE, _until_ready, mark_unschedulable, nodepool, pod
-from controller.model import parse_nodepool, parse_pending_pod
-from controller.plan import PlanConfig, Snapshot, plan
+from controller.decisions import PlanConfig, Snapshot
+from controller.model import parse_pending_pod
+from controller.nodes import parse_nodepool
+from controller.plan import plan
 from controller.triggers import TriggerSettings
 from sim.karpenter import is_provisionable
 from sim.server import ApiServer

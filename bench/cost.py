@@ -69,8 +69,8 @@ import aiohttp
 from kubernetes_asyncio import client
 
 from certs import write_tls_files
+from controller.decisions import PlanConfig
 from controller.kube import Kube, load_configuration
-from controller.plan import PlanConfig
 from controller.reconciler import Controller, ControllerConfig
 from controller.triggers import TriggerSettings
 from gpu_intent.demo import apply, default_examples, load_manifests, webhook_configuration

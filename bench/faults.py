@@ -68,8 +68,8 @@ from bench.cost import (
     product_processes,
     tensor_fusion,
 )
+from controller.decisions import PlanConfig
 from controller.kube import load_configuration, retry_after_seconds
-from controller.plan import PlanConfig
 from controller.reconciler import ControllerConfig
 from controller.triggers import TriggerSettings
 from gpu_intent.demo import apply

@@ -12,8 +12,10 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from controller.model import parse_nodepool, parse_pending_pod
-from controller.plan import PlanConfig, Snapshot, plan
+from controller.decisions import PlanConfig, Snapshot
+from controller.model import parse_pending_pod
+from controller.nodes import parse_nodepool
+from controller.plan import plan
 from intent.contract import Intent
 
 MODELS = ("t4", "a10g", "l4", "l40s", "a100", "h100")

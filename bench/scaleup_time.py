@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bench import cost
-from controller.plan import PlanConfig
+from controller.decisions import PlanConfig
 from controller.reconciler import ControllerConfig
 from controller.triggers import TriggerSettings
 from gpu_intent.demo import apply

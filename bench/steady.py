@@ -21,8 +21,9 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from controller.decisions import PlanConfig
 from controller.incremental import IncrementalPlanner
-from controller.plan import PlanConfig, plan
+from controller.plan import plan
 from controller.state import NAMESPACES, NODECLAIMS, NODEPOOLS, PENDING_PODS, TRIGGERS, ClusterState
 from controller.triggers import TriggerSettings
 from intent.contract import Intent

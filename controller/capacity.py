@@ -27,20 +27,9 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from decimal import Decimal
 
-from controller.model import (
-    NODE_READY,
-    GroupKey,
-    NodeClaimInfo,
-    NodeInfo,
-    NodePoolInfo,
-    PendingPod,
-    PodRef,
-    TriggerInfo,
-    gpu_need,
-    largest_need_first,
-    node_label_value,
-    parse_time,
-)
+from controller.model import NODE_READY, GroupKey, PendingPod, PodRef, TriggerInfo, parse_time
+from controller.nodes import NodeClaimInfo, NodeInfo, NodePoolInfo, node_label_value
+from controller.packing import gpu_need, largest_need_first
 from controller.triggers import LINKED_REASON
 
 
@@ -189,7 +178,7 @@ def claim_hosts(
     group's model (``gpu_name_label``), GPU memory (``gpu_memory_label``, MiB) and copied
     selector, and the pod's own node selector and required node affinity, checked
     against the NodeClaim's labels (a key the NodeClaim does not carry is taken as
-    satisfiable, as `controller.plan.unmet_constraint` does)."""
+    satisfiable, as `controller.pools.unmet_constraint` does)."""
     if claim.pool != key.pool:
         return False
     if key.model and not claim.admits(gpu_name_label, key.model):
@@ -217,7 +206,7 @@ def place_on_free(
     gpu_memory_label: str,
 ) -> tuple[list[PendingPod], list[tuple[PendingPod, NodeClaimInfo]]]:
     """Place the group's pods on the free GPUs of `fresh` NodeClaims (``free``, from
-    `held_covers`; consumed here): largest need first (`controller.model.gpu_need`),
+    `held_covers`; consumed here): largest need first (`controller.packing.gpu_need`),
     first NodeClaim by name that hosts the pod (`claim_hosts`) and has room. Returns the
     pods left to plan and the (pod, NodeClaim) placements."""
     left: list[PendingPod] = []

@@ -11,7 +11,7 @@ like any other with an intent: a trigger asks for whole ``nvidia.com/gpu`` of th
 a matching NodePool. On the node that comes up the GPUs are published as ResourceSlice
 devices, not as the device plugin's extended resource, so Karpenter's ``Initialized``
 stays Unknown (``ResourceNotRegistered``); the NodeClaim counts as usable once its node's
-slices publish GPU devices (`node_devices`, `controller.model.NodeClaimInfo.ready`).
+slices publish GPU devices (`node_devices`, `controller.nodes.NodeClaimInfo.ready`).
 """
 
 from __future__ import annotations

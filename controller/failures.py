@@ -37,14 +37,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from controller.model import (
-    NodeClaimInfo,
-    NodeInfo,
-    Refusal,
-    RetryState,
-    TriggerInfo,
-    parse_time,
-)
+from controller.model import RetryState, TriggerInfo, parse_time
+from controller.nodes import NodeClaimInfo, NodeInfo, Refusal
 
 
 def stamp(when: datetime) -> str:
@@ -191,7 +185,7 @@ def wants_protection(
     protect_seconds: float,
 ) -> bool:
     """Whether ``claim`` should be protected from disruption now: it was bought for our
-    triggers (`controller.model.NodeClaimInfo.marked`), is not being deleted, and either
+    triggers (`controller.nodes.NodeClaimInfo.marked`), is not being deleted, and either
     a live trigger still stands for it, or it is Ready for less than
     ``protect_seconds`` and no pod we served is known bound to its node (``used``: GPUs
     of such pods by node name)."""

@@ -36,32 +36,20 @@ from decimal import Decimal
 from itertools import chain
 
 from controller.capacity import fresh_claims, nodes_to_label
+from controller.decisions import LabelNode, Plan, PlanConfig, Snapshot
 from controller.failures import init_overdue
 from controller.model import (
     GroupKey,
     InvalidPod,
-    NodeClaimInfo,
-    NodeInfo,
-    NodePoolInfo,
-    Nomination,
     PendingPod,
-    Refusal,
     RetryState,
     ScheduledPod,
     TriggerInfo,
     parse_trigger,
 )
-from controller.plan import (
-    LabelNode,
-    Plan,
-    PlanConfig,
-    PoolKey,
-    Snapshot,
-    partition,
-    plan,
-    pool_key,
-    time_sensitive,
-)
+from controller.nodes import NodeClaimInfo, NodeInfo, NodePoolInfo, Nomination, Refusal
+from controller.plan import partition, plan, time_sensitive
+from controller.pools import PoolKey, pool_key
 from controller.state import (
     NAMESPACES,
     NODECLAIMS,

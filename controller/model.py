@@ -3,20 +3,22 @@
 Parsing is the boundary where raw JSON dicts from the API server become typed values
 the planner can trust; a pod whose gpu-intent annotations do not parse becomes an
 `InvalidPod` that the planner reports and never acts on. Purely computational.
+
+This module holds the pods' side (pending, served and trigger pods, their statuses and
+retry states, the slimmed pods the caches keep); Karpenter's objects (NodePools,
+NodeClaims, Nodes, its Events on triggers) are in `controller.nodes`, and what a pod
+takes of a GPU in `controller.packing`.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
-import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any, TypeVar
 
 import orjson
@@ -32,8 +34,6 @@ from intent.contract import (
     INTENT_ANNOTATIONS,
     Intent,
     IntentError,
-    is_label_value,
-    parse_gpus,
 )
 from intent.quantity import parse_quantity
 
@@ -58,12 +58,13 @@ NODEPOOL_LABEL = "karpenter.sh/nodepool"
 #: not rate limited as Karpenter's ``Nominated`` events are.
 TRIGGER_MARKER_KEY = f"{DOMAIN}/trigger-name"
 #: Node label the controller sets on the Ready nodes of GPU NodePools: a per-node value
-#: (`node_label_value`) that triggers can exclude with ``NotIn``. Karpenter drops pods
-#: that name ``kubernetes.io/hostname`` (a restricted label, pkg/apis/v1/labels.go), so
-#: this label is how a trigger says "not on these nodes": the pods it stands for were
-#: refused by their own scheduler on every node that existed, even where Karpenter's
-#: simulation sees free ``nvidia.com/gpu`` (a HAMi node advertises 10 per GPU, so one
-#: whose card memory is full still fits a 1-GPU trigger, REFERENCE.md section 3).
+#: (`controller.nodes.node_label_value`) that triggers can exclude with ``NotIn``.
+#: Karpenter drops pods that name ``kubernetes.io/hostname`` (a restricted label,
+#: pkg/apis/v1/labels.go), so this label is how a trigger says "not on these nodes":
+#: the pods it stands for were refused by their own scheduler on every node that
+#: existed, even where Karpenter's simulation sees free ``nvidia.com/gpu`` (a HAMi node
+#: advertises 10 per GPU, so one whose card memory is full still fits a 1-GPU trigger,
+#: REFERENCE.md section 3).
 NODE_LABEL = f"{DOMAIN}/node"
 
 
@@ -217,99 +218,6 @@ class RetryState:
         return cls(attempts, retry_at, reason if isinstance(reason, str) else "")
 
 
-#: Intent source tokens that state a share of one GPU (`gpu_need`): HAMi cores and
-#: memory percentage, KAI's fraction, tensor-fusion's compute, the user's own ``gpus``.
-SHARE_SOURCES = frozenset(
-    {
-        "hami:nvidia.com/gpucores",
-        "hami:nvidia.com/gpumem-percentage",
-        "kai:gpu-fraction",
-        "tensor-fusion:tensor-fusion.ai/compute-percent-request",
-        "tensor-fusion:tensor-fusion.ai/tflops-request",
-        "user:gpu-intent.io/gpus",
-    }
-)
-
-
-#: The least of a GPU one HAMi vGPU takes: a device holds at most ``deviceSplitCount``
-#: vGPUs (default 10; HAMi's device plugin advertises ``nvidia.com/gpu`` = GPUs x 10).
-HAMI_MIN_SHARE = Decimal("0.1")
-
-
-def gpu_need(intent: Intent) -> Decimal:
-    """GPUs a pod takes when packed with others (`controller.plan.pack`, free GPUs and
-    NodeReady covers in `controller.capacity`, GPUs found used on a node): a share of one
-    GPU (< 1, it can share a card), or whole GPUs (an integer, it shares none).
-
-    - A pod that states no GPU memory: the intent's ``gpus`` (a share from its layer, or
-      GPUs; a bin of ``ceil(gpus)`` may share what is left).
-    - A pod that states GPU memory on several devices (``gpus`` > 1): whole GPUs,
-      ``ceil(gpus)``, shared with none.
-    - A pod that states GPU memory (``gpu_memory_mib``, MiB per GPU) on a card of known
-      memory (``model_memory_mib``: it names the model) takes the larger of that memory's
-      share of the card and the share its sharing layer states (`SHARE_SOURCES`; without
-      one, the intent's ``gpus`` is a placeholder: 1 for HAMi ``gpumem`` and
-      tensor-fusion ``vram-request``, 0.1 for KAI ``gpu-memory``, intent.demand). The
-      layers place such pods by memory: HAMi's ``Fit`` checks ``nvidia.com/gpumem``
-      against each device's free memory (pkg/device/nvidia/device.go), KAI a
-      ``gpu-memory`` pod against the device's memory. A HAMi pod takes at least
-      `HAMI_MIN_SHARE` (ten vGPUs to a device). A share of 1 or more is one whole GPU.
-    - A pod that states GPU memory on a card of unknown memory: one whole GPU (its share
-      cannot be judged: ten KAI ``gpu-memory`` pods counted 0.1 each would not fit).
-    Pure."""
-    gpus = intent.gpus
-    if not intent.gpu_memory_mib:
-        return gpus
-    if gpus > 1:
-        return Decimal(math.ceil(gpus))
-    card = _card_share(intent)
-    if card is None:
-        return Decimal(1)
-    stated = gpus if SHARE_SOURCES.intersection(intent.source) else Decimal(0)
-    return min(max(stated, card), Decimal(1))
-
-
-def _card_share(intent: Intent) -> Decimal | None:
-    """The share of one card the intent's GPU memory (MiB per GPU) takes: at least
-    `HAMI_MIN_SHARE` for HAMi, at most one GPU; None when no memory is stated or the
-    card's memory is unknown. Pure."""
-    if not intent.gpu_memory_mib or not intent.model_memory_mib:
-        return None
-    share = Decimal(intent.gpu_memory_mib) / Decimal(intent.model_memory_mib)
-    if any(token.startswith("hami:") for token in intent.source):
-        share = max(share, HAMI_MIN_SHARE)
-    return min(share, Decimal(1))
-
-
-def gpu_use(intent: Intent) -> Decimal:
-    """GPUs a pod found bound to a node takes of that node's GPUs (`ClusterState.used`,
-    the room behind NodeReady covers and free GPUs in `controller.capacity`): its
-    `gpu_need`, except for a pod that states GPU memory on several devices. Buying for
-    such a pod needs ``ceil(gpus)`` whole GPUs on one node (its vGPUs go to distinct
-    devices), but once bound it takes each device's memory share only, and other pods
-    share those devices: HAMi's ``Fit`` places each of a container's
-    ``nvidia.com/gpu`` vGPUs by ``nvidia.com/gpumem`` against a device's free memory
-    (pkg/device/nvidia/device.go), tensor-fusion each of ``gpu-count`` GPUs by its
-    ``vram-request``. So: ``ceil(gpus)`` x that memory's share of the card (at least
-    `HAMI_MIN_SHARE` for HAMi, at most one GPU), or ``ceil(gpus)`` when the card's
-    memory is unknown. Two tensor-fusion pods of two 10 GiB vGPUs on the same two L4
-    cards take 2 x 2 x 0.44 of the node's GPUs, not 2 x 2. Pure."""
-    if not intent.gpu_memory_mib or intent.gpus <= 1:
-        return gpu_need(intent)
-    devices = Decimal(math.ceil(intent.gpus))
-    card = _card_share(intent)
-    return devices if card is None else devices * card
-
-
-def largest_need_first(pods: Iterable[PendingPod]) -> list[tuple[PendingPod, Decimal]]:
-    """``pods`` with their `gpu_need` (GPUs), largest need first, then oldest, then by
-    ref: the order packing (`controller.plan.pack`) and free-GPU placement
-    (`controller.capacity.place_on_free`) take pods in. Pure."""
-    needs = [(pod, gpu_need(pod.intent)) for pod in pods]
-    needs.sort(key=lambda item: (-item[1], item[0].created or datetime.min, item[0].ref))
-    return needs
-
-
 @dataclass(frozen=True, slots=True)
 class PendingPod:
     """A pod with a GPU intent that failed to schedule.
@@ -365,7 +273,7 @@ class ScheduledPod:
 
     @classmethod
     def parse(cls, obj: Mapping[str, Any]) -> ScheduledPod:
-        meta = _meta(obj)
+        meta = object_meta(obj)
         annotations = meta.get("annotations") or {}
         created = parse_time(meta.get("creationTimestamp"))
         bound = next(
@@ -410,179 +318,6 @@ class Requirement:
         except (ValueError, IndexError):
             return False
         return number > bound if self.operator == "Gt" else number < bound
-
-
-@dataclass(frozen=True, slots=True)
-class NodePoolInfo:
-    """A Karpenter NodePool as far as trigger planning needs it."""
-
-    name: str
-    weight: int
-    ready: bool
-    requirements: tuple[Requirement, ...]
-    labels: Mapping[str, str]
-    taints: tuple[Mapping[str, Any], ...]
-
-    def label_keys(self) -> set[str]:
-        """Label keys this pool defines (requirements and template labels)."""
-        return {r.key for r in self.requirements} | set(self.labels)
-
-    def makes_gpus(self) -> bool:
-        """Whether the pool says it makes GPU nodes: a GPU-ish requirement or label key,
-        or a taint on ``nvidia.com/gpu``."""
-        keys = self.label_keys() | {str(t.get("key", "")) for t in self.taints}
-        return any("gpu" in key for key in keys)
-
-    def admits(self, key: str, value: str) -> bool:
-        """Whether this pool can make nodes with label ``key=value``."""
-        if key in self.labels:
-            return self.labels[key] == value
-        return all(r.admits(value) for r in self.requirements if r.key == key)
-
-
-@dataclass(frozen=True, slots=True)
-class NodeClaimInfo:
-    """A Karpenter NodeClaim: its pool, GPU requests, model constraint and progress."""
-
-    name: str
-    pool: str | None
-    created: datetime | None
-    gpu_requests: Decimal
-    labels: Mapping[str, str]
-    requirements: tuple[Requirement, ...]
-    node_name: str | None
-    conditions: Mapping[str, str]
-    deleting: bool
-    #: Names of the trigger pods whose `TRIGGER_MARKER_KEY` marker this NodeClaim's
-    #: requirements carry: the triggers Karpenter bought it for.
-    marked: frozenset[str] = frozenset()
-    #: Whole GPUs of the instance launched (``status.capacity["nvidia.com/gpu"]``, set
-    #: by Karpenter at launch from the instance type); 0 while unknown.
-    gpu_capacity: Decimal = Decimal(0)
-    #: When the ``Ready`` condition turned True (its ``lastTransitionTime``), if it is.
-    ready_since: datetime | None = None
-    #: The controller protects it from disruption (`ANNOTATION_PROTECTED` is set).
-    protected: bool = False
-    #: GPU devices the DRA ResourceSlices of its node publish (`controller.dra`), 0
-    #: when none.
-    devices: int = 0
-
-    @property
-    def gpus(self) -> Decimal:
-        """GPUs this NodeClaim brings: its capacity once launched, else what it requests."""
-        return self.gpu_capacity or self.gpu_requests
-
-    @property
-    def ready(self) -> bool:
-        """Its capacity is usable: ``Ready`` True, or (DRA) registered with its node's
-        ResourceSlices publishing GPU devices. On a DRA node the device plugin's
-        ``nvidia.com/gpu`` never registers, so Karpenter's ``Initialized`` stays Unknown
-        (``ResourceNotRegistered``, karpenter pkg/controllers/nodeclaim/lifecycle/
-        initialization.go) and ``Ready`` never turns True, though the GPUs are there for
-        pods that claim them (REFERENCE.md section 7)."""
-        if self.conditions.get("Ready") == "True":
-            return True
-        return self.devices > 0 and self.conditions.get("Registered") == "True"
-
-    @property
-    def dra_ready(self) -> bool:
-        """`ready` only by its ResourceSlices (Karpenter's ``Ready`` is not True)."""
-        return self.ready and self.conditions.get("Ready") != "True"
-
-    @property
-    def launched(self) -> bool:
-        return self.conditions.get("Launched") == "True"
-
-    def admits(self, key: str, value: str) -> bool:
-        """Whether this NodeClaim's node has, or may get, label ``key=value``."""
-        if key in self.labels:
-            return self.labels[key] == value
-        return all(r.admits(value) for r in self.requirements if r.key == key)
-
-
-@dataclass(frozen=True, slots=True)
-class NodeInfo:
-    """A Node of a Karpenter NodePool: its pool, whether it is Ready, and its
-    `NODE_LABEL` value (None until the controller has set it)."""
-
-    name: str
-    pool: str | None
-    ready: bool
-    label: str | None
-    #: The controller protects it from disruption (`ANNOTATION_PROTECTED` is set).
-    protected: bool = False
-    #: The NodeClaim that owns it (its ``karpenter.sh`` NodeClaim ownerReference, which
-    #: Karpenter's registration sets), None when it has none.
-    claim: str | None = None
-
-
-def _owner_claim(meta: Mapping[str, Any]) -> str | None:
-    """The name in a ``karpenter.sh/*`` ``NodeClaim`` ownerReference of ``meta``: Karpenter
-    registration makes the NodeClaim the owner of its Node (karpenter
-    pkg/controllers/nodeclaim/lifecycle/registration.go, syncNode)."""
-    for owner in meta.get("ownerReferences") or ():
-        if (
-            isinstance(owner, Mapping)
-            and owner.get("kind") == "NodeClaim"
-            and str(owner.get("apiVersion", "")).startswith("karpenter.sh/")
-            and isinstance(owner.get("name"), str)
-        ):
-            return str(owner["name"])
-    return None
-
-
-def node_label_value(name: str) -> str:
-    """The `NODE_LABEL` value for node ``name``: the name itself when it is a valid label
-    value (``ip-10-1-2-3.ec2.internal``), else ``n-`` and 20 hex digits of its SHA-256."""
-    if is_label_value(name):
-        return name
-    return "n-" + hashlib.sha256(name.encode()).hexdigest()[:20]
-
-
-def slim_node(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """What the node cache keeps: name, resourceVersion, the pool and `NODE_LABEL`
-    labels, the `ANNOTATION_PROTECTED` annotation, its NodeClaim ownerReference, and the
-    Ready condition. Pure."""
-    meta = _meta(obj)
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    slim_meta = {
-        "name": meta.get("name", ""),
-        "resourceVersion": meta.get("resourceVersion", ""),
-        "labels": {k: labels[k] for k in (NODEPOOL_LABEL, NODE_LABEL) if k in labels},
-    }
-    if ANNOTATION_PROTECTED in annotations:
-        slim_meta["annotations"] = {ANNOTATION_PROTECTED: annotations[ANNOTATION_PROTECTED]}
-    if (claim := _owner_claim(meta)) is not None:
-        slim_meta["ownerReferences"] = [
-            {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": claim}
-        ]
-    return {
-        "metadata": slim_meta,
-        "status": {
-            "conditions": [
-                c
-                for c in (obj.get("status") or {}).get("conditions") or []
-                if isinstance(c, Mapping) and c.get("type") == "Ready"
-            ]
-        },
-    }
-
-
-def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
-    meta = _meta(obj)
-    labels = meta.get("labels") or {}
-    return NodeInfo(
-        name=str(meta.get("name", "")),
-        pool=labels.get(NODEPOOL_LABEL),
-        ready=any(
-            isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
-            for c in (obj.get("status") or {}).get("conditions") or []
-        ),
-        label=labels.get(NODE_LABEL),
-        protected=bool((meta.get("annotations") or {}).get(ANNOTATION_PROTECTED)),
-        claim=_owner_claim(meta),
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -637,13 +372,14 @@ class GroupKey:
         return ",".join(parts)
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+def object_meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An API object's ``metadata`` (empty when absent or not an object)."""
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
 
 
 def pod_ref(obj: Mapping[str, Any]) -> PodRef:
-    meta = _meta(obj)
+    meta = object_meta(obj)
     return PodRef(
         str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", ""))
     )
@@ -704,7 +440,7 @@ def slim_pod(obj: Mapping[str, Any], *, placement: bool = True) -> dict[str, Any
     function of this module reads a slim pod as it reads the full one. ``placement``
     False leaves out its node selector, required node affinity and tolerations (what
     `slim_trigger` does not keep). Pure."""
-    meta = _meta(obj)
+    meta = object_meta(obj)
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     annotations = meta.get("annotations") or {}
@@ -817,7 +553,7 @@ def parse_pending_pod(
 ) -> PendingPod | InvalidPod | None:
     """A pending pod with an intent, an `InvalidPod` if its intent does not parse, or
     None when it is not ours to look at (no intent, bound, not Unschedulable, a trigger)."""
-    meta = _meta(obj)
+    meta = object_meta(obj)
     annotations = meta.get("annotations") or {}
     if not karpenter.is_provisionable(obj):
         return None
@@ -976,87 +712,10 @@ def required_affinity_terms(spec: Mapping[str, Any]) -> tuple[tuple[Requirement,
     return tuple(t for t in terms if t)
 
 
-def parse_nodepool(obj: Mapping[str, Any]) -> NodePoolInfo:
-    spec = obj.get("spec") or {}
-    template = spec.get("template") or {}
-    tspec = template.get("spec") or {}
-    conditions = {
-        c.get("type"): c.get("status")
-        for c in (obj.get("status") or {}).get("conditions") or []
-        if isinstance(c, Mapping)
-    }
-    try:
-        weight = int(spec.get("weight") or 0)
-    except (TypeError, ValueError):
-        weight = 0
-    return NodePoolInfo(
-        name=str(_meta(obj).get("name", "")),
-        weight=weight,
-        # A NodePool Karpenter has not reconciled yet has no conditions; Karpenter skips
-        # pools whose Ready condition is False (pkg/controllers/provisioning/provisioner.go).
-        ready=conditions.get("Ready", "True") == "True",
-        requirements=parse_requirements(tspec.get("requirements")),
-        labels={
-            str(k): str(v)
-            for k, v in ((template.get("metadata") or {}).get("labels") or {}).items()
-        },
-        taints=tuple(t for t in tspec.get("taints") or [] if isinstance(t, Mapping)),
-    )
-
-
-def parse_nodeclaim(obj: Mapping[str, Any]) -> NodeClaimInfo:
-    meta = _meta(obj)
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-    requests = (spec.get("resources") or {}).get("requests") or {}
-    requirements = parse_requirements(spec.get("requirements"))
-    try:
-        gpus = parse_gpus(str(requests.get("nvidia.com/gpu", "0")))
-    except IntentError:
-        gpus = Decimal(0)
-    try:
-        capacity = parse_gpus(str((status.get("capacity") or {}).get("nvidia.com/gpu", "0")))
-    except IntentError:
-        capacity = Decimal(0)
-    ready_since = next(
-        (
-            parse_time(c.get("lastTransitionTime"))
-            for c in status.get("conditions") or []
-            if isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
-        ),
-        None,
-    )
-    return NodeClaimInfo(
-        name=str(meta.get("name", "")),
-        pool=labels.get(NODEPOOL_LABEL),
-        created=parse_time(meta.get("creationTimestamp")),
-        gpu_requests=gpus,
-        labels=labels,
-        requirements=requirements,
-        node_name=status.get("nodeName") or None,
-        conditions={
-            str(c.get("type")): str(c.get("status"))
-            for c in status.get("conditions") or []
-            if isinstance(c, Mapping)
-        },
-        deleting=bool(meta.get("deletionTimestamp")),
-        marked=frozenset(
-            v
-            for r in requirements
-            if r.key == TRIGGER_MARKER_KEY and r.operator == "NotIn"
-            for v in r.values
-        ),
-        gpu_capacity=capacity,
-        ready_since=ready_since,
-        protected=bool((meta.get("annotations") or {}).get(ANNOTATION_PROTECTED)),
-    )
-
-
 def parse_trigger(obj: Mapping[str, Any]) -> TriggerInfo | None:
     """A trigger pod's value, or None when its annotations are not ours (then it is left
     alone: the controller never deletes what it cannot identify)."""
-    meta = _meta(obj)
+    meta = object_meta(obj)
     annotations = meta.get("annotations") or {}
     pool = annotations.get(ANNOTATION_POOL)
     try:
@@ -1099,68 +758,3 @@ def parse_trigger(obj: Mapping[str, Any]) -> TriggerInfo | None:
 #: IsProvisionable reads (pkg/utils/pod/scheduling.go; KAI-Scheduler's node-scale-adjuster
 #: does the same for its scaling pods, REFERENCE.md section 1).
 NON_BINDING_SCHEDULER = "gpu-intent-non-binding"
-
-_NOMINATED = re.compile(r"nodeclaim/([a-z0-9]([-a-z0-9.]*[a-z0-9])?)")
-
-
-@dataclass(frozen=True, slots=True)
-class Nomination:
-    """Karpenter's ``Nominated`` event on a trigger: the NodeClaim it said the trigger
-    should schedule on (``Pod should schedule on: nodeclaim/<name>[, node/<node>]``,
-    kubernetes-sigs/karpenter pkg/controllers/provisioning/provisioner.go and
-    pkg/events). ``pod``: the trigger's ``(namespace, name)``; ``uid`` guards against a
-    later pod of the same name; ``seen``: the event's last timestamp."""
-
-    pod: tuple[str, str]
-    uid: str
-    node_claim: str
-    seen: datetime | None
-
-
-def parse_nomination(obj: Mapping[str, Any]) -> Nomination | None:
-    """A ``Nominated`` Event about a pod that names a NodeClaim, else None."""
-    if obj.get("reason") != "Nominated":
-        return None
-    involved = obj.get("involvedObject") or {}
-    if involved.get("kind") != "Pod":
-        return None
-    match = _NOMINATED.search(str(obj.get("message") or ""))
-    if match is None:
-        return None
-    seen = parse_time(obj.get("lastTimestamp")) or parse_time(obj.get("eventTime"))
-    return Nomination(
-        (str(involved.get("namespace", "")), str(involved.get("name", ""))),
-        str(involved.get("uid", "")),
-        match.group(1),
-        seen,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """Karpenter's ``FailedScheduling`` event on a trigger saying its NodePool is at its
-    ``spec.limits`` (`controller.karpenter.at_limits`): nothing is launched for it.
-    ``pod``: the trigger's ``(namespace, name)``; ``uid`` guards against a later pod of
-    the same name; ``message``: Karpenter's words; ``seen``: the event's last time."""
-
-    pod: tuple[str, str]
-    uid: str
-    message: str
-    seen: datetime | None
-
-
-def parse_refusal(obj: Mapping[str, Any]) -> Refusal | None:
-    """A ``FailedScheduling`` Event about a pod that says its NodePool is at its limits,
-    else None."""
-    if obj.get("reason") != "FailedScheduling":
-        return None
-    involved = obj.get("involvedObject") or {}
-    message = str(obj.get("message") or "")
-    if involved.get("kind") != "Pod" or not karpenter.at_limits(message):
-        return None
-    return Refusal(
-        (str(involved.get("namespace", "")), str(involved.get("name", ""))),
-        str(involved.get("uid", "")),
-        message,
-        parse_time(obj.get("lastTimestamp")) or parse_time(obj.get("eventTime")),
-    )

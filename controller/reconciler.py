@@ -25,7 +25,8 @@ from aiolimiter import AsyncLimiter
 
 from controller import kube as kube_api
 from controller import metrics
-from controller.dra import DraIntent, intents_to_record
+from controller.decisions import CreateTrigger, Plan, PlanConfig, SetStatus, without_creates
+from controller.dra_intents import DRA_INFORMERS, DraIntents, dra_served
 from controller.failures import NODECLAIM, Protection, TokenBucket, protections
 from controller.incremental import IncrementalPlanner
 from controller.informer import Informer, InformerSpec
@@ -34,24 +35,14 @@ from controller.leader import LeaderElector, LeadershipLost
 from controller.model import (
     ANNOTATION_NODECLAIM,
     ANNOTATION_PROTECTED,
-    ANNOTATION_RETRY,
     DO_NOT_DISRUPT,
     NODE_LABEL,
     NODEPOOL_LABEL,
     NON_BINDING_SCHEDULER,
-    SCHEDULED,
     PodRef,
     ScaleUpStatus,
 )
-from controller.plan import (
-    CreateTrigger,
-    Event,
-    Plan,
-    PlanConfig,
-    SetStatus,
-    triggered,
-    without_creates,
-)
+from controller.reports import StatusWriter
 from controller.state import (
     NAMESPACES,
     NODECLAIMS,
@@ -60,16 +51,14 @@ from controller.state import (
     NOMINATIONS,
     PENDING_PODS,
     REFUSALS,
-    RESOURCECLAIMS,
-    RESOURCESLICES,
     TRACKED_PHASES,
     TRIGGERS,
     ClusterState,
 )
+from controller.statuses import triggered
 from controller.triggers import condition_patch
 from intent.contract import (
     ANNOTATION_SCALE_UP,
-    ANNOTATION_SOURCE,
     INJECT_LABEL,
     INJECT_VALUE,
     MANAGED_BY_LABEL,
@@ -81,7 +70,6 @@ from intent.logs import about
 
 log = logging.getLogger(__name__)
 
-COMPONENT = "gpu-intent-controller"
 #: Seconds the executor holds a pod's new retry state after its trigger failed (the
 #: status writer, rate limited, writes the annotation well within that).
 RETRY_HOLD_SECONDS = 120.0
@@ -136,31 +124,40 @@ class ControllerConfig:
         return self.plan.trigger.namespace
 
 
-def event_body(ref: PodRef, event: Event, now: datetime, instance: str) -> dict[str, Any]:
-    """A core/v1 Event about pod ``ref`` (what ``kubectl describe pod`` lists).
-    Named ``<pod>.<hex time>`` like client-go's recorder; ``count`` 1."""
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{ref.name}.{time.time_ns():x}", "namespace": ref.namespace},
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "namespace": ref.namespace,
-            "name": ref.name,
-            "uid": ref.uid,
-        },
-        "reason": event.reason,
-        "message": event.message,
-        "type": event.type,
-        "source": {"component": COMPONENT},
-        "reportingComponent": f"gpu-intent.io/{COMPONENT}",
-        "reportingInstance": instance,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
+#: The label selector of trigger pods: both ownership labels.
+TRIGGER_SELECTOR = f"{TRIGGER_LABEL}={TRIGGER_LABEL_VALUE},{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+
+
+def informer_specs(namespace: str) -> list[InformerSpec]:
+    """What the controller watches, triggers living in ``namespace`` (the DRA objects
+    are added when followed: `controller.dra_intents.DRA_INFORMERS`)."""
+    return [
+        # Pending pods outside the trigger namespace: the triggers have an informer
+        # of their own, and seen here too each of their writes (create, mark, link)
+        # would come twice (``metadata.namespace`` is a field every kube-apiserver
+        # resource can be selected by, ``!=`` included: apimachinery pkg/fields).
+        InformerSpec(
+            PENDING_PODS,
+            kube_api.PODS,
+            field_selector=f"spec.nodeName=,metadata.namespace!={namespace}",
+        ),
+        InformerSpec(TRIGGERS, kube_api.PODS, namespace=namespace, label_selector=TRIGGER_SELECTOR),
+        InformerSpec(NODECLAIMS, kube_api.NODECLAIMS, observe=metrics.NodeClaimPhases().observe),
+        InformerSpec(NODEPOOLS, kube_api.NODEPOOLS),
+        InformerSpec(NODES, kube_api.NODES, label_selector=NODEPOOL_LABEL),
+        InformerSpec(
+            NAMESPACES, kube_api.NAMESPACES, label_selector=f"{INJECT_LABEL}={INJECT_VALUE}"
+        ),
+        InformerSpec(
+            NOMINATIONS, kube_api.EVENTS, namespace=namespace, field_selector="reason=Nominated"
+        ),
+        InformerSpec(
+            REFUSALS,
+            kube_api.EVENTS,
+            namespace=namespace,
+            field_selector="reason=FailedScheduling",
+        ),
+    ]
 
 
 class Controller:
@@ -198,7 +195,6 @@ class Controller:
         #: When the first poke not yet answered by a pass that could create came in
         #: (`time.monotonic`; None: none waiting): the debounce's deadline counts from it.
         self._waiting_since: float | None = None
-        self._instance = os.environ.get("POD_NAME") or socket.gethostname()
         #: Write slots for what saves money (deletes, marks, links, node labels,
         #: protections) and, apart, for reports (statuses, Events): a burst of status
         #: writes never delays marking a trigger linked, which is what stops Karpenter
@@ -224,47 +220,9 @@ class Controller:
         #: that can make deletes and marks (`_worth_a_pass`).
         self._last_pass = float("-inf")
         self._money_seen: tuple[int, ...] = ()
-        trigger_selector = (
-            f"{TRIGGER_LABEL}={TRIGGER_LABEL_VALUE},{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
-        )
-        self._trigger_selector = trigger_selector
-        specs = [
-            # Pending pods outside the trigger namespace: the triggers have an informer
-            # of their own, and seen here too each of their writes (create, mark, link)
-            # would come twice (``metadata.namespace`` is a field every kube-apiserver
-            # resource can be selected by, ``!=`` included: apimachinery pkg/fields).
-            InformerSpec(
-                PENDING_PODS,
-                kube_api.PODS,
-                field_selector=f"spec.nodeName=,metadata.namespace!={config.namespace}",
-            ),
-            InformerSpec(
-                TRIGGERS, kube_api.PODS, namespace=config.namespace, label_selector=trigger_selector
-            ),
-            InformerSpec(
-                NODECLAIMS, kube_api.NODECLAIMS, observe=metrics.NodeClaimPhases().observe
-            ),
-            InformerSpec(NODEPOOLS, kube_api.NODEPOOLS),
-            InformerSpec(NODES, kube_api.NODES, label_selector=NODEPOOL_LABEL),
-            InformerSpec(
-                NAMESPACES, kube_api.NAMESPACES, label_selector=f"{INJECT_LABEL}={INJECT_VALUE}"
-            ),
-            InformerSpec(
-                NOMINATIONS,
-                kube_api.EVENTS,
-                namespace=config.namespace,
-                field_selector="reason=Nominated",
-            ),
-            InformerSpec(
-                REFUSALS,
-                kube_api.EVENTS,
-                namespace=config.namespace,
-                field_selector="reason=FailedScheduling",
-            ),
-        ]
         self.informers = [
             Informer(kube, spec, self.state, self._poke, watch_seconds=config.watch_seconds)
-            for spec in specs
+            for spec in informer_specs(config.namespace)
         ]
         self.ready = asyncio.Event()
         #: Graceful shutdown (`controller.shutdown`): set when it begins (``/readyz``
@@ -272,39 +230,31 @@ class Controller:
         #: pass in flight to finish its writes and keeps the next from starting.
         self.stopping = asyncio.Event()
         self.passing = asyncio.Lock()
-        #: Whether the DRA informers run (`_follow_dra`), and the cache versions the
-        #: last recording of DRA intents saw (`_record_dra_intents`).
+        #: Whether the DRA informers run (`_follow_dra`), and the recording of DRA pods'
+        #: intents (each pass while they do).
         self.dra = False
-        self._dra_seen: tuple[int, ...] = ()
-        self._dra_reported: set[tuple[str, str]] = set()
-        #: Status writes waiting for the writer, latest per pod, and those in flight.
-        self._queued: dict[tuple[str, str], SetStatus] = {}
-        self._writing: dict[tuple[str, str], SetStatus] = {}
-        self._writer: asyncio.Task[None] | None = None
+        self._dra_intents = DraIntents(
+            kube, self.state, config.plan.trigger.gpu_name_label, write=self._write, each=self._each
+        )
+        #: The status writer: statuses and Events through the report slots and rate.
+        self.reports = StatusWriter(
+            kube,
+            self.state,
+            write=lambda operation, coro: self._write(operation, coro, report=True),
+            each=lambda act, items: self._each(act, items, self._report_concurrency),
+            now=lambda: self.now(),
+            instance=os.environ.get("POD_NAME") or socket.gethostname(),
+            poke=self._poke,
+        )
 
     async def _follow_dra(self) -> None:
-        """Add the ResourceClaim and ResourceSlice informers when DRA is on (``auto``:
-        when the API server serves ``resource.k8s.io/v1``; a failed discovery is retried)."""
-        mode = self.config.dra
-        if mode == "off" or self.dra:
+        """Add the ResourceClaim and ResourceSlice informers when DRA is on
+        (`controller.dra_intents.dra_served`)."""
+        if self.dra or not await dra_served(self.kube, self.config.dra):
             return
-        if mode == "auto":
-            while True:
-                try:
-                    served = await self.kube.serves(kube_api.RESOURCESLICES)
-                    break
-                except KubeError as e:
-                    log.warning("discovering resource.k8s.io/v1: %s; retrying", e)
-                    await asyncio.sleep(1.0)
-            if not served:
-                log.info("resource.k8s.io/v1 is not served: DRA pods are not followed")
-                return
         self.dra = True
         log.info("following DRA ResourceClaims and ResourceSlices (resource.k8s.io/v1)")
-        for spec in (
-            InformerSpec(RESOURCECLAIMS, kube_api.RESOURCECLAIMS),
-            InformerSpec(RESOURCESLICES, kube_api.RESOURCESLICES),
-        ):
+        for spec in DRA_INFORMERS:
             self.informers.append(
                 Informer(
                     self.kube,
@@ -333,7 +283,7 @@ class Controller:
             await self._stop_writers()
 
     async def _stop_writers(self) -> None:
-        for task in (self._creating, self._protector, self._writer, self._reader):
+        for task in (self._creating, self._protector, self.reports.task, self._reader):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -434,7 +384,7 @@ class Controller:
                 items, _ = await self.kube.list(
                     kube_api.PODS,
                     namespace=self.config.namespace,
-                    label_selector=self._trigger_selector,
+                    label_selector=TRIGGER_SELECTOR,
                 )
                 break
             except KubeError as e:
@@ -500,61 +450,6 @@ class Controller:
 
         await self._each(read, self.state.left())
 
-    async def _record_dra_intents(self) -> None:
-        """Write the intents of pending DRA pods (`controller.dra.intents_to_record`),
-        when the pods, claims, NodePools or opted-in namespaces changed since the last
-        time. A written pod is served like any other from the next pass on."""
-        state = self.state
-        seen = tuple(
-            state.version(kind) for kind in (PENDING_PODS, RESOURCECLAIMS, NODEPOOLS, NAMESPACES)
-        )
-        if seen == self._dra_seen:
-            return
-        self._dra_seen = seen
-        pools = [p for p in state.nodepools().values() if p.ready and p.makes_gpus()]
-        label = self.config.plan.trigger.gpu_name_label
-
-        def can_serve(pool: str | None, model: str | None, vendor: str | None) -> bool:
-            return any(
-                (pool is None or p.name == pool) and (model is None or p.admits(label, model))
-                for p in pools
-            )
-
-        claims = state.claim_specs()
-        intents, errors = intents_to_record(
-            state.claiming_pods(),
-            claims,
-            state.opted_in(),
-            can_serve=can_serve,
-            allocated=state.allocated_claims(),
-        )
-        for ref, error in errors:
-            if (ref.namespace, ref.name) not in self._dra_reported:
-                self._dra_reported.add((ref.namespace, ref.name))
-                log.warning("pod %s: its ResourceClaims do not parse: %s", ref, error,
-                            extra=about(ref))  # fmt: skip
-
-        async def record(intent: DraIntent) -> None:
-            ref = intent.ref
-            try:
-                obj = await self._write(
-                    "intent", self.kube.annotate_pod(ref.namespace, ref.name, intent.annotations)
-                )
-            except KubeError as e:
-                log.warning("recording the DRA intent of pod %s: %s", ref, e, extra=about(ref))
-                self._dra_seen = ()  # try again next pass
-                return
-            self.state.expect(PENDING_PODS, obj)
-            log.info(
-                "pod %s: recorded its intent from its ResourceClaims (%s)%s",
-                ref,
-                intent.annotations.get(ANNOTATION_SOURCE, ""),
-                "; " + "; ".join(intent.warnings) if intent.warnings else "",
-                extra=about(ref),
-            )
-
-        await self._each(record, intents)
-
     async def reconcile_once(self) -> Plan:
         """One pass: snapshot, plan, apply; then pods that left the pending set are read
         back by a background task (`read_left`), whose findings (final statuses, GPUs
@@ -569,7 +464,7 @@ class Controller:
         if not self.creating:
             self._waiting_since = None  # this pass answers every change so far
         if self.dra:
-            await self._record_dra_intents()
+            await self._dra_intents.record()
         bucket = self._create_rate
         tokens = bucket.available(self._monotonic()) if bucket is not None else None
         done = self.planner.run(self.now(), tokens)
@@ -726,34 +621,17 @@ class Controller:
         await asyncio.gather(*(worker() for _ in range(workers)))
 
     def _queue_statuses(self, changes: Sequence[SetStatus]) -> None:
-        """Hand status writes to the writer task: the latest per pod wins, and one equal
-        to what is being written already is dropped (no duplicate Events)."""
-        for change in changes:
-            key = (change.ref.namespace, change.ref.name)
-            writing = self._writing.get(key)
-            if writing is not None and change.status.same_state(writing.status):
-                continue
-            self._queued[key] = change
-        if self._queued and (self._writer is None or self._writer.done()):
-            self._writer = asyncio.create_task(self._write_statuses(), name="status-writer")
+        """Hand status writes to the status writer (`controller.reports.StatusWriter`)."""
+        self.reports.queue(changes)
 
-    async def _write_statuses(self) -> None:
-        while self._queued:
-            batch, self._queued = self._queued, {}
-            self._writing.update(batch)
-            try:
-                await self._each(
-                    self._set_status, list(batch.values()), self._report_concurrency
-                )
-            finally:
-                for key in batch:
-                    self._writing.pop(key, None)
-        self._poke()  # written statuses may settle decisions: plan again
+    @property
+    def _writer(self) -> asyncio.Task[None] | None:
+        """The status writer's task, while it runs."""
+        return self.reports.task
 
     async def flush_statuses(self) -> None:
         """Wait until every queued status is written (tests and shutdown)."""
-        while self._writer is not None and not self._writer.done():
-            await asyncio.shield(self._writer)
+        await self.reports.flush()
 
     async def _mark(self, ref: PodRef, node_claim: str | None = None) -> None:
         stamp = self.now().strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -782,51 +660,6 @@ class Controller:
             return
         self.state.expect(TRIGGERS, obj)
         log.info("trigger %s -> nodeclaim/%s", ref, node_claim, extra=about(ref))
-
-    async def _set_status(self, change: SetStatus) -> bool:
-        ref = change.ref
-        annotations = {ANNOTATION_SCALE_UP: change.status.to_annotation()}
-        if change.retry is not None:
-            annotations[ANNOTATION_RETRY] = change.retry.to_annotation()
-        try:
-            obj = await self._write(
-                "status",
-                self.kube.annotate_pod(ref.namespace, ref.name, annotations),
-                report=True,
-            )
-        except KubeError as e:
-            if e.not_found:
-                self.state.forget_scheduled((ref.namespace, ref.name))
-                return True  # the pod is gone: nothing left to tell
-            log.warning("updating scale-up status of pod %s: %s", ref, e, extra=about(ref))
-            return False
-        if change.retry is not None:
-            self.state.release_retry((ref.namespace, ref.name), change.retry)
-        metrics.record_scale_up(change.status.phase)
-        if change.status.phase == SCHEDULED:
-            self.state.forget_scheduled((ref.namespace, ref.name))
-            if change.seconds_to_node is not None:
-                metrics.TIME_TO_NODE.observe(max(0.0, change.seconds_to_node))
-        elif not (obj.get("spec") or {}).get("nodeName"):
-            self.state.expect(PENDING_PODS, obj)
-        log.info(
-            "pod %s: %s: %s", ref, change.status.phase, change.status.message, extra=about(ref)
-        )
-        if change.event is not None:
-            await self._event(ref, change.event)
-        return True
-
-    async def _event(self, ref: PodRef, event: Event) -> None:
-        try:
-            await self._write(
-                "event",
-                self.kube.create_event(
-                    ref.namespace, event_body(ref, event, self.now(), self._instance)
-                ),
-                report=True,
-            )
-        except KubeError as e:
-            log.warning("recording event %s on pod %s: %s", event.reason, ref, e, extra=about(ref))
 
     async def _label(self, node: str, value: str) -> None:
         try:

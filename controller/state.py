@@ -20,32 +20,34 @@ from decimal import Decimal
 from typing import Any, Protocol, TypeVar, cast
 
 from controller import karpenter
+from controller.decisions import Snapshot
 from controller.dra import node_devices, slim_claim, slim_slice
 from controller.model import (
     GroupKey,
     InvalidPod,
+    PendingPod,
+    RetryState,
+    ScaleUpStatus,
+    ScheduledPod,
+    parse_pending_pod,
+    parse_trigger,
+    slim_pod,
+    slim_trigger,
+)
+from controller.nodes import (
     NodeClaimInfo,
     NodeInfo,
     NodePoolInfo,
     Nomination,
-    PendingPod,
     Refusal,
-    RetryState,
-    ScaleUpStatus,
-    ScheduledPod,
-    gpu_use,
     parse_node,
     parse_nodeclaim,
     parse_nodepool,
     parse_nomination,
-    parse_pending_pod,
     parse_refusal,
-    parse_trigger,
     slim_node,
-    slim_pod,
-    slim_trigger,
 )
-from controller.plan import Snapshot
+from controller.packing import gpu_use
 from intent.contract import (
     ANNOTATION_GPUS,
     ANNOTATION_SCALE_UP,
@@ -188,7 +190,7 @@ class ClusterState:
         self._bound: dict[Key, Obj] = {}
         #: NodeReady covers set when a trigger was deleted: pod -> (NodeClaim, when).
         self._covers: dict[Key, tuple[str, datetime]] = {}
-        #: GPUs (`controller.model.gpu_use`) of the pods we were scaling up for, by the node
+        #: GPUs (`controller.packing.gpu_use`) of the pods we were scaling up for, by the node
         #: they were found bound to: what of a new node's GPUs they took.
         self._used: dict[str, Decimal] = {}
         #: The latest ``PodScheduled=True`` time of such a pod (`last_bind`).

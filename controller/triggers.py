@@ -37,9 +37,9 @@ from controller.model import (
     NON_BINDING_SCHEDULER,
     TRIGGER_MARKER_KEY,
     GroupKey,
-    NodePoolInfo,
     PodRef,
 )
+from controller.nodes import NodePoolInfo
 from intent.contract import (
     ANNOTATION_GPU_MEMORY,
     ANNOTATION_GPUS,
@@ -257,50 +257,10 @@ def trigger_pod(
     """
     if gpus < 1:
         raise ValueError(f"a trigger needs at least one whole GPU, got {gpus}")
-    node_selector: dict[str, str] = {NODEPOOL_LABEL: group.pool}
-    if group.model:
-        node_selector[settings.gpu_name_label] = group.model
-    copied = copyable_selector(group.selector, pool, reserved=node_selector)
-    node_selector.update(copied)
-    serves_text = ",".join(str(ref) for ref in serves)
-    if len(serves_text) > MAX_SERVES_CHARS:
-        serves_text = serves_text[: MAX_SERVES_CHARS - 3] + "..."
-    annotations = {
-        ANNOTATION_POOL: group.pool,
-        ANNOTATION_GPUS: str(gpus),
-        # The group's selector as planned: the trigger's identity (parse_trigger reads
-        # its group back from it), whatever the second filter dropped from the pod.
-        ANNOTATION_SELECTOR: json.dumps(dict(group.selector), sort_keys=True),
-        ANNOTATION_SERVES: serves_text,
-    }
-    if group.model:
-        annotations[ANNOTATION_MODEL] = group.model
-    if group.min_memory_mib:
-        annotations[ANNOTATION_GPU_MEMORY] = str(group.min_memory_mib)
-    cpu = f"{max(cpu_millis, settings.min_cpu_millis)}m"
-    memory = str(max(memory_bytes, settings.min_memory_bytes))
-    resources = {
-        "requests": {"nvidia.com/gpu": str(gpus), "cpu": cpu, "memory": memory},
-        "limits": {"nvidia.com/gpu": str(gpus), "memory": memory},
-    }
     spec: dict[str, Any] = {
-        "nodeSelector": node_selector,
+        "nodeSelector": _node_selector(group, pool, settings),
         "tolerations": tolerations_for(pool),
-        "containers": [
-            {
-                "name": "pause",
-                "image": settings.image,
-                "resources": resources,
-                "securityContext": {
-                    "allowPrivilegeEscalation": False,
-                    "readOnlyRootFilesystem": True,
-                    "runAsNonRoot": True,
-                    "runAsUser": TRIGGER_UID,
-                    "capabilities": {"drop": ["ALL"]},
-                    "seccompProfile": {"type": "RuntimeDefault"},
-                },
-            }
-        ],
+        "containers": [_pause_container(gpus, settings, cpu_millis, memory_bytes)],
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": TRIGGER_UID,
@@ -317,6 +277,87 @@ def trigger_pod(
         spec["priorityClassName"] = settings.priority_class
     if not settings.binding:
         spec["schedulerName"] = NON_BINDING_SCHEDULER
+    spec["affinity"] = _required_affinity(group, name, settings)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": settings.namespace,
+            "labels": {
+                TRIGGER_LABEL: TRIGGER_LABEL_VALUE,
+                MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+                HAMI_IGNORE_LABEL: HAMI_IGNORE_VALUE,
+            },
+            "annotations": _annotations(group, gpus, serves),
+        },
+        "spec": spec,
+    }
+
+
+def _node_selector(
+    group: GroupKey, pool: NodePoolInfo, settings: TriggerSettings
+) -> dict[str, str]:
+    """A trigger's ``nodeSelector``: its NodePool, its model when the group has one, and
+    the group's copied selector entries (`copyable_selector`)."""
+    node_selector: dict[str, str] = {NODEPOOL_LABEL: group.pool}
+    if group.model:
+        node_selector[settings.gpu_name_label] = group.model
+    copied = copyable_selector(group.selector, pool, reserved=node_selector)
+    node_selector.update(copied)
+    return node_selector
+
+
+def _annotations(group: GroupKey, gpus: int, serves: Sequence[PodRef]) -> dict[str, str]:
+    """A trigger's annotations: its pool, GPUs, group selector and the pods it serves (at
+    most `MAX_SERVES_CHARS`), its model and GPU memory when the group has them."""
+    serves_text = ",".join(str(ref) for ref in serves)
+    if len(serves_text) > MAX_SERVES_CHARS:
+        serves_text = serves_text[: MAX_SERVES_CHARS - 3] + "..."
+    annotations = {
+        ANNOTATION_POOL: group.pool,
+        ANNOTATION_GPUS: str(gpus),
+        # The group's selector as planned: the trigger's identity (parse_trigger reads
+        # its group back from it), whatever the second filter dropped from the pod.
+        ANNOTATION_SELECTOR: json.dumps(dict(group.selector), sort_keys=True),
+        ANNOTATION_SERVES: serves_text,
+    }
+    if group.model:
+        annotations[ANNOTATION_MODEL] = group.model
+    if group.min_memory_mib:
+        annotations[ANNOTATION_GPU_MEMORY] = str(group.min_memory_mib)
+    return annotations
+
+
+def _pause_container(
+    gpus: int, settings: TriggerSettings, cpu_millis: int, memory_bytes: int
+) -> dict[str, Any]:
+    """A trigger's one container: pause, requesting ``gpus`` GPUs and the pods' CPU and
+    memory (at least the settings' minimum), under the restricted security context."""
+    cpu = f"{max(cpu_millis, settings.min_cpu_millis)}m"
+    memory = str(max(memory_bytes, settings.min_memory_bytes))
+    resources = {
+        "requests": {"nvidia.com/gpu": str(gpus), "cpu": cpu, "memory": memory},
+        "limits": {"nvidia.com/gpu": str(gpus), "memory": memory},
+    }
+    return {
+        "name": "pause",
+        "image": settings.image,
+        "resources": resources,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "runAsUser": TRIGGER_UID,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+
+
+def _required_affinity(group: GroupKey, name: str, settings: TriggerSettings) -> dict[str, Any]:
+    """A trigger's required node affinity: one term with its marker, the exclusion of
+    labelled nodes and, for a group with ``min_memory_mib``, the GPU memory it needs."""
     expressions: list[dict[str, Any]] = [
         {"key": TRIGGER_MARKER_KEY, "operator": "NotIn", "values": [name]}
     ]
@@ -335,25 +376,10 @@ def trigger_pod(
                 "values": [str(group.min_memory_mib - 1)],
             }
         )
-    spec["affinity"] = {
+    return {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [{"matchExpressions": expressions}]
             }
         }
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": settings.namespace,
-            "labels": {
-                TRIGGER_LABEL: TRIGGER_LABEL_VALUE,
-                MANAGED_BY_LABEL: MANAGED_BY_VALUE,
-                HAMI_IGNORE_LABEL: HAMI_IGNORE_VALUE,
-            },
-            "annotations": annotations,
-        },
-        "spec": spec,
     }

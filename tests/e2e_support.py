@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
+from controller.decisions import PlanConfig
 from controller.kube import NODECLAIMS, PODS, Kube
-from controller.plan import PlanConfig
 from controller.reconciler import Controller, ControllerConfig
 from controller.triggers import TriggerSettings
 from gpu_intent.demo import default_examples, load_manifests

@@ -28,7 +28,8 @@ from chart_support import (
 )
 from controller_fixtures import nodepool
 
-from controller.model import GroupKey, PodRef, parse_nodepool
+from controller.model import GroupKey, PodRef
+from controller.nodes import parse_nodepool
 from controller.triggers import TriggerSettings, trigger_pod
 from gpu_intent.cli import build_parser
 from intent.catalog import load_catalog

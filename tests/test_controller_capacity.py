@@ -9,13 +9,8 @@ from decimal import Decimal
 from controller_fixtures import gpu_pod, nodeclaim, nodepool
 
 from controller.capacity import claim_hosts, cover_holds, fresh, held_covers, place_on_free
-from controller.model import (
-    GroupKey,
-    PendingPod,
-    parse_nodeclaim,
-    parse_nodepool,
-    parse_pending_pod,
-)
+from controller.model import GroupKey, PendingPod, parse_pending_pod
+from controller.nodes import parse_nodeclaim, parse_nodepool
 
 NOW = datetime(2026, 11, 21, 12, 0, 5, tzinfo=UTC)
 NAME, MEMORY = "karpenter.k8s.aws/instance-gpu-name", "karpenter.k8s.aws/instance-gpu-memory"

@@ -10,7 +10,8 @@ from typing import Any
 from controller_fixtures import T0, nodeclaim
 
 from controller.dra import intents_to_record, node_devices, slim_claim, slim_slice
-from controller.model import parse_nodeclaim, slim_pod
+from controller.model import slim_pod
+from controller.nodes import parse_nodeclaim
 from intent.contract import Intent
 
 L4 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA L4"'

@@ -18,15 +18,8 @@ from controller.failures import (
     protections,
     stamp,
 )
-from controller.model import (
-    FAILED,
-    WAITING,
-    GroupKey,
-    RetryState,
-    parse_node,
-    parse_nodeclaim,
-    parse_refusal,
-)
+from controller.model import FAILED, WAITING, GroupKey, RetryState
+from controller.nodes import parse_node, parse_nodeclaim, parse_refusal
 from controller.plan import plan
 
 FAST = dataclasses.replace(CONFIG, retry_base_seconds=10, retry_max_seconds=25, retry_attempts=3)

@@ -16,9 +16,10 @@ from controller_fixtures import gpu_pod, nodeclaim, nodepool
 
 from controller import incremental
 from controller import state as state_module
+from controller.decisions import Plan, PlanConfig
 from controller.incremental import IncrementalPlanner
 from controller.model import NODE_READY, PROVISIONING, GroupKey, RetryState, ScaleUpStatus
-from controller.plan import Plan, PlanConfig, plan
+from controller.plan import plan
 from controller.state import (
     NAMESPACES,
     NODECLAIMS,

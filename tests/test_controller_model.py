@@ -26,7 +26,7 @@ def test_gpu_need_reads_memory_as_a_share_of_the_named_card() -> None:
     sharing layers (intent.demand), read as the layers place them."""
     from decimal import Decimal
 
-    from controller.model import gpu_need
+    from controller.packing import gpu_need
     from intent.contract import Intent
 
     a10g = 22888  # MiB, the catalog's A10G
@@ -59,7 +59,7 @@ def test_gpu_use_counts_a_bound_multi_device_pod_by_its_devices_memory_shares() 
     the pods told NodeReady there lost their cover and got triggers nobody used."""
     from decimal import Decimal
 
-    from controller.model import HAMI_MIN_SHARE, gpu_need, gpu_use
+    from controller.packing import HAMI_MIN_SHARE, gpu_need, gpu_use
     from intent.contract import Intent
 
     l4, a10g = 23034, 22888  # MiB, the catalog's cards

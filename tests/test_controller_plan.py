@@ -13,6 +13,7 @@ import pytest
 from controller_fixtures import T0, gpu_pod, nodeclaim, nodepool
 
 from controller.capacity import nodes_to_label
+from controller.decisions import LabelNode, Plan, PlanConfig, Snapshot
 from controller.model import (
     NATIVE,
     NODE_READY,
@@ -23,30 +24,25 @@ from controller.model import (
     UNRESOLVABLE,
     WAITING,
     GroupKey,
-    NodeInfo,
-    Nomination,
     PendingPod,
     PodRef,
     ScaleUpStatus,
     ScheduledPod,
+    parse_pending_pod,
+    parse_trigger,
+)
+from controller.nodes import (
+    NodeInfo,
+    Nomination,
     node_label_value,
     parse_node,
     parse_nodeclaim,
     parse_nodepool,
     parse_nomination,
-    parse_pending_pod,
-    parse_trigger,
     slim_node,
 )
-from controller.plan import (
-    LabelNode,
-    Plan,
-    PlanConfig,
-    Snapshot,
-    link_claims,
-    pack,
-    plan,
-)
+from controller.packing import pack
+from controller.plan import link_claims, plan
 from controller.triggers import TriggerSettings, condition_patch, trigger_name, trigger_pod
 
 NOW = datetime(2026, 11, 21, 12, 0, 5, tzinfo=UTC)

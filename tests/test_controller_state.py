@@ -322,7 +322,8 @@ def test_the_cache_keeps_slim_pods_that_parse_as_the_full_ones() -> None:
 def test_the_cache_keeps_slim_triggers_that_parse_as_the_full_ones() -> None:
     """A trigger as the controller creates it (its marker and node exclusion, a long ``serves``
     list), then marked: the cache keeps a fraction of it, and it parses the same."""
-    from controller.model import GroupKey, NodePoolInfo, PodRef
+    from controller.model import GroupKey, PodRef
+    from controller.nodes import NodePoolInfo
     from controller.triggers import TriggerSettings, condition_patch, trigger_pod
 
     serves = [PodRef("ml", f"pod-{i}", f"u-{i}") for i in range(40)]

@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+from controller.decisions import CreateTrigger, DeleteTrigger, Plan, SetStatus
 from controller.incremental import Pass
 from controller.kube import Kube, KubeError
 from controller.model import GroupKey, PodRef, ScaleUpStatus
-from controller.plan import CreateTrigger, DeleteTrigger, Plan, SetStatus
 from controller.reconciler import Controller, ControllerConfig
 from controller.state import PENDING_PODS
 

@@ -17,8 +17,8 @@ from conftest import make_env
 from e2e_support import FAST, TRIGGERS_NS, Env, NodeClaimCount, TriggerCount, eventually
 from test_e2e_exact import kai_pod, node_of, status_of
 
+from controller.decisions import PlanConfig
 from controller.model import RetryState, ScaleUpStatus
-from controller.plan import PlanConfig
 from controller.reconciler import Controller, ControllerConfig
 from controller.triggers import TriggerSettings
 from gpu_intent.demo import apply

@@ -12,8 +12,10 @@ import pytest
 from controller_fixtures import T0, gpu_pod, nodepool
 from pss import violations
 
-from controller.model import GroupKey, PodRef, parse_nodepool, parse_pending_pod
-from controller.plan import PlanConfig, Snapshot, plan
+from controller.decisions import PlanConfig, Snapshot
+from controller.model import GroupKey, PodRef, parse_pending_pod
+from controller.nodes import parse_nodepool
+from controller.plan import plan
 from controller.triggers import TriggerSettings, copyable_selector, trigger_name, trigger_pod
 from gpu_intent.cli import build_parser, plan_config
 

@@ -11,7 +11,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from controller.model import GroupKey, NodePoolInfo, PodRef
+from controller.model import GroupKey, PodRef
+from controller.nodes import NodePoolInfo
 from controller.triggers import TriggerSettings, trigger_pod
 from intent.contract import Intent
 from intent.inference import Inference

@@ -1,0 +1,143 @@
+"""Following DRA pods: whether the ResourceClaim and ResourceSlice informers run
+(`dra_served`), and the recording of the intents `controller.dra.intents_to_record`
+reads out of pending pods' ResourceClaims (`DraIntents`): a pod whose intent is
+written is served like any other from the next pass on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from controller import kube as kube_api
+from controller.dra import DraIntent, intents_to_record
+from controller.informer import InformerSpec
+from controller.kube import Kube, KubeError
+from controller.state import (
+    NAMESPACES,
+    NODEPOOLS,
+    PENDING_PODS,
+    RESOURCECLAIMS,
+    RESOURCESLICES,
+    ClusterState,
+)
+from intent.contract import ANNOTATION_SOURCE
+from intent.logs import about
+
+log = logging.getLogger(__name__)
+
+#: The informers that follow DRA objects, once `dra_served` says so.
+DRA_INFORMERS = (
+    InformerSpec(RESOURCECLAIMS, kube_api.RESOURCECLAIMS),
+    InformerSpec(RESOURCESLICES, kube_api.RESOURCESLICES),
+)
+
+
+async def dra_served(kube: Kube, mode: str) -> bool:
+    """Whether to follow DRA ResourceClaims and ResourceSlices: ``mode`` ``on`` always,
+    ``off`` never, ``auto`` when the API server serves ``resource.k8s.io/v1``
+    (Kubernetes 1.34+; a failed discovery is retried)."""
+    if mode == "off":
+        return False
+    if mode == "auto":
+        while True:
+            try:
+                served = await kube.serves(kube_api.RESOURCESLICES)
+                break
+            except KubeError as e:
+                log.warning("discovering resource.k8s.io/v1: %s; retrying", e)
+                await asyncio.sleep(1.0)
+        if not served:
+            log.info("resource.k8s.io/v1 is not served: DRA pods are not followed")
+            return False
+    return True
+
+
+class DraIntents:
+    """Writes the intents of pending DRA pods, when the pods, claims, NodePools or
+    opted-in namespaces changed since the last time.
+
+    Args:
+        kube: the API adapter.
+        state: the cache (what is read, and told what was written).
+        gpu_name_label: the node label carrying the GPU model (which pools can serve).
+        write: one API write through the executor's slots
+            (`controller.reconciler.Controller._write`).
+        each: acts on every intent, a few at a time
+            (`controller.reconciler.Controller._each`).
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        state: ClusterState,
+        gpu_name_label: str,
+        *,
+        write: Callable[[str, Awaitable[Any]], Awaitable[Any]],
+        each: Callable[[Callable[[Any], Awaitable[Any]], Sequence[Any]], Awaitable[None]],
+    ) -> None:
+        self._kube = kube
+        self._state = state
+        self._label = gpu_name_label
+        self._write = write
+        self._each = each
+        #: The cache versions the last recording saw, and the pods whose ResourceClaims
+        #: were reported unparsable (each once).
+        self._seen: tuple[int, ...] = ()
+        self._reported: set[tuple[str, str]] = set()
+
+    async def record(self) -> None:
+        """Write the intents of pending DRA pods (`controller.dra.intents_to_record`),
+        when the pods, claims, NodePools or opted-in namespaces changed since the last
+        time. A written pod is served like any other from the next pass on."""
+        state = self._state
+        seen = tuple(
+            state.version(kind) for kind in (PENDING_PODS, RESOURCECLAIMS, NODEPOOLS, NAMESPACES)
+        )
+        if seen == self._seen:
+            return
+        self._seen = seen
+        pools = [p for p in state.nodepools().values() if p.ready and p.makes_gpus()]
+        label = self._label
+
+        def can_serve(pool: str | None, model: str | None, vendor: str | None) -> bool:
+            return any(
+                (pool is None or p.name == pool) and (model is None or p.admits(label, model))
+                for p in pools
+            )
+
+        claims = state.claim_specs()
+        intents, errors = intents_to_record(
+            state.claiming_pods(),
+            claims,
+            state.opted_in(),
+            can_serve=can_serve,
+            allocated=state.allocated_claims(),
+        )
+        for ref, error in errors:
+            if (ref.namespace, ref.name) not in self._reported:
+                self._reported.add((ref.namespace, ref.name))
+                log.warning("pod %s: its ResourceClaims do not parse: %s", ref, error,
+                            extra=about(ref))  # fmt: skip
+        await self._each(self._record_one, intents)
+
+    async def _record_one(self, intent: DraIntent) -> None:
+        ref = intent.ref
+        try:
+            obj = await self._write(
+                "intent", self._kube.annotate_pod(ref.namespace, ref.name, intent.annotations)
+            )
+        except KubeError as e:
+            log.warning("recording the DRA intent of pod %s: %s", ref, e, extra=about(ref))
+            self._seen = ()  # try again next pass
+            return
+        self._state.expect(PENDING_PODS, obj)
+        log.info(
+            "pod %s: recorded its intent from its ResourceClaims (%s)%s",
+            ref,
+            intent.annotations.get(ANNOTATION_SOURCE, ""),
+            "; " + "; ".join(intent.warnings) if intent.warnings else "",
+            extra=about(ref),
+        )

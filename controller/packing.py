@@ -1,0 +1,190 @@
+"""GPU needs and packing, pure: what a pod takes of a GPU (`gpu_need`, `gpu_use`), the
+whole-GPU bins its group's pods are packed into (`pack`, best-fit-decreasing, see
+`controller.plan`), and the spare GPUs of a group's live triggers those bins are placed
+into first (`TriggerCapacity`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from controller.model import PendingPod, TriggerInfo
+from intent.contract import Intent
+
+#: Intent source tokens that state a share of one GPU (`gpu_need`): HAMi cores and
+#: memory percentage, KAI's fraction, tensor-fusion's compute, the user's own ``gpus``.
+SHARE_SOURCES = frozenset(
+    {
+        "hami:nvidia.com/gpucores",
+        "hami:nvidia.com/gpumem-percentage",
+        "kai:gpu-fraction",
+        "tensor-fusion:tensor-fusion.ai/compute-percent-request",
+        "tensor-fusion:tensor-fusion.ai/tflops-request",
+        "user:gpu-intent.io/gpus",
+    }
+)
+
+
+#: The least of a GPU one HAMi vGPU takes: a device holds at most ``deviceSplitCount``
+#: vGPUs (default 10; HAMi's device plugin advertises ``nvidia.com/gpu`` = GPUs x 10).
+HAMI_MIN_SHARE = Decimal("0.1")
+
+
+def gpu_need(intent: Intent) -> Decimal:
+    """GPUs a pod takes when packed with others (`pack`, free GPUs and
+    NodeReady covers in `controller.capacity`, GPUs found used on a node): a share of one
+    GPU (< 1, it can share a card), or whole GPUs (an integer, it shares none).
+
+    - A pod that states no GPU memory: the intent's ``gpus`` (a share from its layer, or
+      GPUs; a bin of ``ceil(gpus)`` may share what is left).
+    - A pod that states GPU memory on several devices (``gpus`` > 1): whole GPUs,
+      ``ceil(gpus)``, shared with none.
+    - A pod that states GPU memory (``gpu_memory_mib``, MiB per GPU) on a card of known
+      memory (``model_memory_mib``: it names the model) takes the larger of that memory's
+      share of the card and the share its sharing layer states (`SHARE_SOURCES`; without
+      one, the intent's ``gpus`` is a placeholder: 1 for HAMi ``gpumem`` and
+      tensor-fusion ``vram-request``, 0.1 for KAI ``gpu-memory``, intent.demand). The
+      layers place such pods by memory: HAMi's ``Fit`` checks ``nvidia.com/gpumem``
+      against each device's free memory (pkg/device/nvidia/device.go), KAI a
+      ``gpu-memory`` pod against the device's memory. A HAMi pod takes at least
+      `HAMI_MIN_SHARE` (ten vGPUs to a device). A share of 1 or more is one whole GPU.
+    - A pod that states GPU memory on a card of unknown memory: one whole GPU (its share
+      cannot be judged: ten KAI ``gpu-memory`` pods counted 0.1 each would not fit).
+    Pure."""
+    gpus = intent.gpus
+    if not intent.gpu_memory_mib:
+        return gpus
+    if gpus > 1:
+        return Decimal(math.ceil(gpus))
+    card = _card_share(intent)
+    if card is None:
+        return Decimal(1)
+    stated = gpus if SHARE_SOURCES.intersection(intent.source) else Decimal(0)
+    return min(max(stated, card), Decimal(1))
+
+
+def _card_share(intent: Intent) -> Decimal | None:
+    """The share of one card the intent's GPU memory (MiB per GPU) takes: at least
+    `HAMI_MIN_SHARE` for HAMi, at most one GPU; None when no memory is stated or the
+    card's memory is unknown. Pure."""
+    if not intent.gpu_memory_mib or not intent.model_memory_mib:
+        return None
+    share = Decimal(intent.gpu_memory_mib) / Decimal(intent.model_memory_mib)
+    if any(token.startswith("hami:") for token in intent.source):
+        share = max(share, HAMI_MIN_SHARE)
+    return min(share, Decimal(1))
+
+
+def gpu_use(intent: Intent) -> Decimal:
+    """GPUs a pod found bound to a node takes of that node's GPUs (`ClusterState.used`,
+    the room behind NodeReady covers and free GPUs in `controller.capacity`): its
+    `gpu_need`, except for a pod that states GPU memory on several devices. Buying for
+    such a pod needs ``ceil(gpus)`` whole GPUs on one node (its vGPUs go to distinct
+    devices), but once bound it takes each device's memory share only, and other pods
+    share those devices: HAMi's ``Fit`` places each of a container's
+    ``nvidia.com/gpu`` vGPUs by ``nvidia.com/gpumem`` against a device's free memory
+    (pkg/device/nvidia/device.go), tensor-fusion each of ``gpu-count`` GPUs by its
+    ``vram-request``. So: ``ceil(gpus)`` x that memory's share of the card (at least
+    `HAMI_MIN_SHARE` for HAMi, at most one GPU), or ``ceil(gpus)`` when the card's
+    memory is unknown. Two tensor-fusion pods of two 10 GiB vGPUs on the same two L4
+    cards take 2 x 2 x 0.44 of the node's GPUs, not 2 x 2. Pure."""
+    if not intent.gpu_memory_mib or intent.gpus <= 1:
+        return gpu_need(intent)
+    devices = Decimal(math.ceil(intent.gpus))
+    card = _card_share(intent)
+    return devices if card is None else devices * card
+
+
+def largest_need_first(pods: Iterable[PendingPod]) -> list[tuple[PendingPod, Decimal]]:
+    """``pods`` with their `gpu_need` (GPUs), largest need first, then oldest, then by
+    ref: the order packing (`pack`) and free-GPU placement
+    (`controller.capacity.place_on_free`) take pods in. Pure."""
+    needs = [(pod, gpu_need(pod.intent)) for pod in pods]
+    needs.sort(key=lambda item: (-item[1], item[0].created or datetime.min, item[0].ref))
+    return needs
+
+
+@dataclass(slots=True)
+class Bin:
+    """GPUs bought together: ``size`` whole GPUs, ``used`` of them by ``pods``."""
+
+    size: int
+    used: Decimal
+    pods: list[PendingPod]
+
+    @property
+    def cpu_millis(self) -> int:
+        return sum(p.cpu_millis for p in self.pods)
+
+    @property
+    def memory_bytes(self) -> int:
+        return sum(p.memory_bytes for p in self.pods)
+
+
+def pack(pods: Iterable[PendingPod]) -> list[Bin]:
+    """Best-fit-decreasing of pods' GPU needs (`gpu_need`) into whole-GPU bins (see
+    `controller.plan`).
+
+    Pods are taken largest need first; a fractional pod goes to the open bin whose
+    spare share fits it most tightly, else opens a 1-GPU bin. A pod that states GPU
+    memory shares a card by that memory's share of it when its model's memory is known
+    (three HAMi ``gpumem: 6000`` pods on one 22,888 MiB A10G); when it is not, it takes
+    whole GPUs and shares none (KAI counts a ``gpu-memory`` pod as 0.1 GPU, and ten such
+    pods on one 24 GiB card would not fit), as a native whole-GPU pod would. Best fit
+    and first fit decreasing share the 11/9 OPT + 6/9 bound (Dosa 2007); a sorted index of spare
+    shares makes this O(n log n) instead of first fit's O(n x bins).
+    """
+    bins: list[Bin] = []
+    spare: list[tuple[Decimal, int]] = []  # (spare share, bin index), sorted
+    for pod, need in largest_need_first(pods):
+        if need >= 1:
+            size = math.ceil(need)
+            bins.append(Bin(size, need, [pod]))
+            if size - need > 0:
+                bisect.insort(spare, (size - need, len(bins) - 1))
+            continue
+        at = bisect.bisect_left(spare, (need, -1))
+        if at < len(spare):
+            left, index = spare.pop(at)
+            chosen = bins[index]
+            chosen.used += need
+            chosen.pods.append(pod)
+            if left - need > 0:
+                bisect.insort(spare, (left - need, index))
+        else:
+            bins.append(Bin(1, need, [pod]))
+            bisect.insort(spare, (1 - need, len(bins) - 1))
+    return bins
+
+
+class TriggerCapacity:
+    """Spare GPUs of a group's triggers, handed out in priority order: `take` gives the
+    first trigger (in ``supply`` order) with at least that many spare GPUs. Triggers are
+    bucketed by spare GPUs (a few distinct values), so each take costs O(distinct spare
+    sizes x log triggers) instead of a scan of every trigger."""
+
+    def __init__(self, supply: Sequence[TriggerInfo]) -> None:
+        self._supply = supply
+        self._buckets: dict[int, list[int]] = defaultdict(list)  # spare -> heap of indices
+        for index, trigger in enumerate(supply):
+            self._buckets[trigger.gpus].append(index)  # indices ascend: already heaps
+
+    def take(self, gpus: int) -> TriggerInfo | None:
+        best: tuple[int, int] | None = None  # (index, spare)
+        for spare, heap in self._buckets.items():
+            if spare >= gpus and heap and (best is None or heap[0] < best[0]):
+                best = (heap[0], spare)
+        if best is None:
+            return None
+        index, spare = best
+        heapq.heappop(self._buckets[spare])
+        if spare > gpus:
+            heapq.heappush(self._buckets[spare - gpus], index)
+        return self._supply[index]

@@ -1,0 +1,180 @@
+"""Pool resolution, pure: the NodePool a pod's trigger targets (`resolve_pool`) and
+whether a new node of that pool can run the pod at all (`unmet_constraint`: its node
+selector and required node affinity against what the pool's nodes will carry).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from controller import karpenter
+from controller.decisions import PlanConfig
+from controller.model import PendingPod, Requirement, Toleration, untolerated_taint
+from controller.nodes import NodePoolInfo
+
+#: What `resolve_pool` reads of a pod (`pool_key`): its intent's pool, model and GPU
+#: memory, and its tolerations.
+PoolKey = tuple[str | None, str | None, int | None, tuple[Toleration, ...]]
+
+
+def pool_key(pod: PendingPod) -> PoolKey:
+    """Everything `resolve_pool` reads of ``pod``: pods with equal keys resolve to the same
+    pool (the planner and `controller.incremental` cache the resolution by it). Pure."""
+    intent = pod.intent
+    return (intent.pool, intent.model, intent.gpu_memory_mib, pod.tolerations)
+
+
+def resolve_pool(
+    pod: PendingPod, pools: Mapping[str, NodePoolInfo], config: PlanConfig
+) -> tuple[NodePoolInfo | None, str]:
+    """The NodePool a pod's trigger should target, and a message when there is none.
+
+    Order: the pool the intent names if it exists, is Ready and admits the model; for a
+    model, the Ready pools that explicitly admit it (requirement ``In`` or template
+    label on the GPU model label), else GPU pools that do not exclude it, by weight then
+    name (Karpenter picks the highest weight among matching pools); without a model, the
+    configured default pool, or for an intent that states GPU memory the first GPU pool
+    (its trigger then asks for that much GPU memory, so Karpenter picks the cheapest
+    GPU that fits). Only pools whose ``NoSchedule``/``NoExecute`` taints the pod
+    tolerates count (`controller.model.untolerated_taint`, kube-scheduler's matching):
+    a trigger tolerates its pool's taints, but the pod must run on the node, and a pool
+    tainted for DRA pods only took KAI pods' A100 triggers in `bench.scaleup_time`
+    before. A pod that tolerates none of the pools that would do gets no pool, and the
+    message names the taint.
+    """
+    label = config.trigger.gpu_name_label
+    model = pod.intent.model
+    ready = sorted((p for p in pools.values() if p.ready), key=lambda p: (-p.weight, p.name))
+
+    def refused(pool: NodePoolInfo) -> str:
+        taint = untolerated_taint(pod.tolerations, pool.taints) or {}
+        value = f"={taint['value']}" if taint.get("value") else ""
+        return (
+            f"the pod does not tolerate NodePool {pool.name}'s taint "
+            f"{taint.get('key', '')}{value}:{taint.get('effect', '')}"
+        )
+
+    def tolerated(pool: NodePoolInfo) -> bool:
+        return untolerated_taint(pod.tolerations, pool.taints) is None
+
+    named = pools.get(pod.intent.pool or "")
+    if named is not None and named.ready and (model is None or named.admits(label, model)):
+        return (named, "") if tolerated(named) else (None, refused(named))
+    if model is None:
+        default = pools.get(config.default_nodepool or "")
+        if default is not None and default.ready:
+            return (default, "") if tolerated(default) else (None, refused(default))
+        gpu_pools = [p for p in ready if p.makes_gpus()]
+        if pod.intent.gpu_memory_mib and gpu_pools and not config.default_nodepool:
+            # the memory requirement lets Karpenter pick the GPU
+            usable = [p for p in gpu_pools if tolerated(p)]
+            return (usable[0], "") if usable else (None, refused(gpu_pools[0]))
+        if config.default_nodepool:
+            return (
+                None,
+                f"default NodePool {config.default_nodepool!r} does not exist or is not Ready",
+            )
+        return None, "the intent names no GPU model and no default NodePool is configured"
+    explicit = [p for p in ready if p.admits(label, model) and label in p.label_keys()]
+    implicit = [p for p in ready if p.admits(label, model) and p.makes_gpus()]
+    if not (explicit or implicit):
+        return None, f"no Ready NodePool offers GPU model {model!r} ({label})"
+    for candidates in (explicit, implicit):
+        usable = [p for p in candidates if tolerated(p)]
+        if usable:
+            return usable[0], ""
+    return None, f"no Ready NodePool offering GPU model {model!r} will take it: " + refused(
+        (explicit or implicit)[0]
+    )
+
+
+#: Label domains that agents running on GPU nodes set once the node has joined (NVIDIA
+#: GPU Feature Discovery ``nvidia.com/gpu.*``, Node Feature Discovery
+#: ``feature.node.kubernetes.io/*``, AMD's node labeller ``amd.com/*``): Karpenter cannot
+#: know them, yet a GPU node it makes will carry them, so a pod selecting them can run
+#: there (the webhook reads the GPU model out of them).
+RUNTIME_LABEL_PREFIXES: tuple[str, ...] = ("nvidia.com/", "feature.node.kubernetes.io/", "amd.com/")
+
+
+def _knowable(key: str) -> bool:
+    """A label key a new node can carry without any NodePool defining it."""
+    return karpenter.is_well_known_label(key) or key.startswith(RUNTIME_LABEL_PREFIXES)
+
+
+def _expression_met(r: Requirement, pool: NodePoolInfo) -> bool:
+    """Whether some node of ``pool`` can satisfy node-selector requirement ``r``."""
+    if r.key not in pool.label_keys():
+        return _knowable(r.key) or r.operator in ("NotIn", "DoesNotExist")
+    own = [q for q in pool.requirements if q.key == r.key]
+    if r.operator == "In":
+        return any(pool.admits(r.key, v) for v in r.values)
+    if r.operator == "NotIn":
+        if r.key in pool.labels:
+            return pool.labels[r.key] not in r.values
+        return not any(q.operator == "In" and set(q.values) <= set(r.values) for q in own)
+    if r.operator == "Exists":
+        return not any(q.operator == "DoesNotExist" for q in own)
+    if r.operator == "DoesNotExist":
+        return r.key not in pool.labels and not any(q.operator in ("In", "Exists") for q in own)
+    return True  # Gt/Lt: numeric ranges are left to Karpenter
+
+
+def unmet_constraint(pod: PendingPod, pool: NodePoolInfo) -> str | None:
+    """The first term of ``pod``'s node selector or required node affinity that no node
+    ``pool`` makes can satisfy, worded for the pod's status; None when a new node of the
+    pool can run it. A key is satisfiable when the pool defines it (template label or
+    requirement) and admits the value, or when nodes carry it without the pool
+    (Karpenter's well-known labels, `RUNTIME_LABEL_PREFIXES`). Affinity terms are ORed:
+    one satisfiable term is enough."""
+    for key, value in pod.node_selector:
+        if key in pool.label_keys():
+            if not pool.admits(key, value):
+                return f"nodeSelector {key}={value}: NodePool {pool.name} does not admit it"
+        elif not _knowable(key):
+            return (
+                f"nodeSelector {key}={value}: no node of NodePool {pool.name} will have label {key}"
+            )
+    if pod.affinity_terms:
+        failed = [
+            next((r for r in term if not _expression_met(r, pool)), None)
+            for term in pod.affinity_terms
+        ]
+        if all(f is not None for f in failed):
+            r = failed[0]
+            assert r is not None
+            values = ",".join(r.values)
+            return (
+                f"required node affinity {r.key} {r.operator} [{values}]: "
+                f"no node of NodePool {pool.name} can satisfy it"
+            )
+    return None
+
+
+class PoolResolver:
+    """`resolve_pool` and `unmet_constraint` for the pods of one pass, each decided once
+    per distinct input: the pods of one workload share their pool choice and their
+    constraints."""
+
+    def __init__(self, pools: Mapping[str, NodePoolInfo], config: PlanConfig) -> None:
+        self._pools = pools
+        self._config = config
+        self._resolved: dict[PoolKey, tuple[NodePoolInfo | None, str]] = {}
+        self._unmet: dict[tuple[str, object, object], str | None] = {}
+
+    def resolve(self, pod: PendingPod) -> tuple[NodePoolInfo | None, str]:
+        """The NodePool ``pod``'s trigger targets, or None and why there is none: no pool
+        will take it (`resolve_pool`), or no node of it can run the pod
+        (`unmet_constraint`)."""
+        where = pool_key(pod)
+        if (resolved := self._resolved.get(where)) is None:
+            resolved = self._resolved[where] = resolve_pool(pod, self._pools, self._config)
+        pool, why = resolved
+        if pool is None:
+            return None, why
+        constraints = (pool.name, pod.node_selector, pod.affinity_terms)
+        if constraints not in self._unmet:
+            self._unmet[constraints] = unmet_constraint(pod, pool)
+        unmet = self._unmet[constraints]
+        if unmet is not None:
+            return None, f"no node Karpenter can make will run this pod: {unmet}"
+        return pool, why

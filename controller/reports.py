@@ -1,0 +1,171 @@
+"""The status writer: scale-up statuses and their Events, written by a task of its own.
+
+`controller.plan.plan` decides what pods are told (`controller.decisions.SetStatus`);
+the executor (`controller.reconciler.Controller`) queues those here and never waits for
+them, so a burst of 10,000 pods is told over minutes (the report rate limit) while the
+passes go on deleting and marking triggers. The latest status per pod wins, and one
+equal to what is being written already is dropped, so no Event is recorded twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from controller import metrics
+from controller.decisions import Event, SetStatus
+from controller.kube import Kube, KubeError
+from controller.model import ANNOTATION_RETRY, SCHEDULED, PodRef
+from controller.state import PENDING_PODS, ClusterState
+from intent.contract import ANNOTATION_SCALE_UP
+from intent.logs import about
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "gpu-intent-controller"
+
+#: One API write through the executor's report slots and rate limit
+#: (`controller.reconciler.Controller._write`): the operation's name and its call.
+Write = Callable[[str, Awaitable[Any]], Awaitable[Any]]
+#: Acting on every item, a few at a time (`controller.reconciler.Controller._each`).
+Each = Callable[[Callable[[Any], Awaitable[Any]], Sequence[Any]], Awaitable[None]]
+
+
+def event_body(ref: PodRef, event: Event, now: datetime, instance: str) -> dict[str, Any]:
+    """A core/v1 Event about pod ``ref`` (what ``kubectl describe pod`` lists).
+    Named ``<pod>.<hex time>`` like client-go's recorder; ``count`` 1."""
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{ref.name}.{time.time_ns():x}", "namespace": ref.namespace},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": ref.namespace,
+            "name": ref.name,
+            "uid": ref.uid,
+        },
+        "reason": event.reason,
+        "message": event.message,
+        "type": event.type,
+        "source": {"component": COMPONENT},
+        "reportingComponent": f"gpu-intent.io/{COMPONENT}",
+        "reportingInstance": instance,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+class StatusWriter:
+    """Writes queued statuses (the pod's scale-up annotation, and its retry annotation
+    when the status carries a retry state) and their Events, then pokes the loop.
+
+    Args:
+        kube: the API adapter.
+        state: the cache, told what was written (and of pods found gone).
+        write: one report write (slots and rate limit are the caller's).
+        each: acts on a batch of statuses a few at a time.
+        now: wall clock for the Events.
+        instance: the Events' ``reportingInstance`` (this replica).
+        poke: plan again (written statuses may settle decisions).
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        state: ClusterState,
+        *,
+        write: Write,
+        each: Each,
+        now: Callable[[], datetime],
+        instance: str,
+        poke: Callable[[], None],
+    ) -> None:
+        self._kube = kube
+        self._state = state
+        self._write = write
+        self._each = each
+        self._now = now
+        self._instance = instance
+        self._poke = poke
+        #: Status writes waiting for the writer, latest per pod, and those in flight.
+        self._queued: dict[tuple[str, str], SetStatus] = {}
+        self._writing: dict[tuple[str, str], SetStatus] = {}
+        #: The writer task, while it runs (None before the first status).
+        self.task: asyncio.Task[None] | None = None
+
+    def queue(self, changes: Sequence[SetStatus]) -> None:
+        """Hand status writes to the writer task: the latest per pod wins, and one equal
+        to what is being written already is dropped (no duplicate Events)."""
+        for change in changes:
+            key = (change.ref.namespace, change.ref.name)
+            writing = self._writing.get(key)
+            if writing is not None and change.status.same_state(writing.status):
+                continue
+            self._queued[key] = change
+        if self._queued and (self.task is None or self.task.done()):
+            self.task = asyncio.create_task(self._write_all(), name="status-writer")
+
+    async def _write_all(self) -> None:
+        while self._queued:
+            batch, self._queued = self._queued, {}
+            self._writing.update(batch)
+            try:
+                await self._each(self._set_status, list(batch.values()))
+            finally:
+                for key in batch:
+                    self._writing.pop(key, None)
+        self._poke()  # written statuses may settle decisions: plan again
+
+    async def flush(self) -> None:
+        """Wait until every queued status is written (tests and shutdown)."""
+        while self.task is not None and not self.task.done():
+            await asyncio.shield(self.task)
+
+    async def _set_status(self, change: SetStatus) -> bool:
+        ref = change.ref
+        annotations = {ANNOTATION_SCALE_UP: change.status.to_annotation()}
+        if change.retry is not None:
+            annotations[ANNOTATION_RETRY] = change.retry.to_annotation()
+        try:
+            obj = await self._write(
+                "status", self._kube.annotate_pod(ref.namespace, ref.name, annotations)
+            )
+        except KubeError as e:
+            if e.not_found:
+                self._state.forget_scheduled((ref.namespace, ref.name))
+                return True  # the pod is gone: nothing left to tell
+            log.warning("updating scale-up status of pod %s: %s", ref, e, extra=about(ref))
+            return False
+        if change.retry is not None:
+            self._state.release_retry((ref.namespace, ref.name), change.retry)
+        metrics.record_scale_up(change.status.phase)
+        if change.status.phase == SCHEDULED:
+            self._state.forget_scheduled((ref.namespace, ref.name))
+            if change.seconds_to_node is not None:
+                metrics.TIME_TO_NODE.observe(max(0.0, change.seconds_to_node))
+        elif not (obj.get("spec") or {}).get("nodeName"):
+            self._state.expect(PENDING_PODS, obj)
+        log.info(
+            "pod %s: %s: %s", ref, change.status.phase, change.status.message, extra=about(ref)
+        )
+        if change.event is not None:
+            await self._event(ref, change.event)
+        return True
+
+    async def _event(self, ref: PodRef, event: Event) -> None:
+        try:
+            await self._write(
+                "event",
+                self._kube.create_event(
+                    ref.namespace, event_body(ref, event, self._now(), self._instance)
+                ),
+            )
+        except KubeError as e:
+            log.warning("recording event %s on pod %s: %s", event.reason, ref, e, extra=about(ref))
