@@ -27,10 +27,11 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from decimal import Decimal
 
-from controller.model import NODE_READY, GroupKey, PendingPod, PodRef, TriggerInfo, parse_time
+from controller.model import GroupKey, PendingPod, PodRef, TriggerInfo, parse_time
 from controller.nodes import NodeClaimInfo, NodeInfo, NodePoolInfo, node_label_value
 from controller.packing import gpu_need, largest_need_first
 from controller.triggers import LINKED_REASON
+from intent.contract import Phase
 
 
 def cover_holds(
@@ -76,7 +77,7 @@ def cover_of(
     when; None when no such cover holds."""
     marks: list[tuple[str, datetime]] = []
     status = pod.status
-    if status is not None and status.phase == NODE_READY and status.node_claim:
+    if status is not None and status.phase == Phase.NODE_READY and status.node_claim:
         since = parse_time(status.since)
         if since is not None:
             marks.append((status.node_claim, since))

@@ -11,6 +11,23 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
+from intent.keys import (
+    AMD_GPU,
+    ARCH_LABEL,
+    CAPACITY_TYPE_LABEL,
+    HOSTNAME_LABEL,
+    INSTANCE_TYPE_LABEL,
+    KARPENTER_GROUP,
+    NODEPOOL_LABEL,
+    NVIDIA_GPU,
+    OS_LABEL,
+    POD_SCHEDULED,
+    REGION_LABEL,
+    UNSCHEDULABLE,
+    WINDOWS_BUILD_LABEL,
+    ZONE_LABEL,
+)
+
 #: Resources Karpenter's instance types can offer on AWS; any other requested resource
 #: makes every instance type fail the fit test (it counts as 0 available).
 #: Source: karpenter-provider-aws pkg/providers/instancetype/types.go computeCapacity,
@@ -21,8 +38,8 @@ KARPENTER_RESOURCES: frozenset[str] = frozenset(
         "memory",
         "ephemeral-storage",
         "pods",
-        "nvidia.com/gpu",
-        "amd.com/gpu",
+        NVIDIA_GPU,
+        AMD_GPU,
         "aws.amazon.com/neuron",
         "aws.amazon.com/neuroncore",
         "aws.amazon.com/neurondevice",
@@ -35,14 +52,14 @@ KARPENTER_RESOURCES: frozenset[str] = frozenset(
 #: pkg/apis/v1/labels.go WellKnownLabels, and the AWS provider's instance labels).
 WELL_KNOWN_LABELS: frozenset[str] = frozenset(
     {
-        "kubernetes.io/arch",
-        "kubernetes.io/os",
-        "node.kubernetes.io/instance-type",
-        "node.kubernetes.io/windows-build",
-        "topology.kubernetes.io/zone",
-        "topology.kubernetes.io/region",
-        "karpenter.sh/capacity-type",
-        "karpenter.sh/nodepool",
+        ARCH_LABEL,
+        OS_LABEL,
+        INSTANCE_TYPE_LABEL,
+        WINDOWS_BUILD_LABEL,
+        ZONE_LABEL,
+        REGION_LABEL,
+        CAPACITY_TYPE_LABEL,
+        NODEPOOL_LABEL,
     }
 )
 #: Provider label domains whose keys are well known to the respective provider.
@@ -55,7 +72,7 @@ WELL_KNOWN_LABEL_PREFIXES: tuple[str, ...] = (
 
 #: Label keys a trigger must never copy: Karpenter ignores pods that constrain them
 #: (REFERENCE.md section 1, "Karpenter drops ... a pod whose nodeSelector ... uses").
-RESTRICTED_LABELS: frozenset[str] = frozenset({"kubernetes.io/hostname"})
+RESTRICTED_LABELS: frozenset[str] = frozenset({HOSTNAME_LABEL})
 
 
 def is_well_known_label(key: str) -> bool:
@@ -70,7 +87,7 @@ def is_copyable_label(key: str, nodepool_keys: Collection[str]) -> bool:
     non-well-known ``karpenter.sh/`` key)."""
     if key in RESTRICTED_LABELS:
         return False
-    if key.startswith("karpenter.sh/") and key not in WELL_KNOWN_LABELS:
+    if key.startswith(f"{KARPENTER_GROUP}/") and key not in WELL_KNOWN_LABELS:
         return False
     return is_well_known_label(key) or key in nodepool_keys
 
@@ -88,7 +105,7 @@ def unschedulable_condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     FailedToSchedule).
     """
     for condition in _conditions(pod):
-        if condition.get("type") == "PodScheduled" and condition.get("reason") == "Unschedulable":
+        if condition.get("type") == POD_SCHEDULED and condition.get("reason") == UNSCHEDULABLE:
             return condition
     return None
 

@@ -34,7 +34,10 @@ from intent.contract import (
     INTENT_ANNOTATIONS,
     Intent,
     IntentError,
+    Phase,
 )
+from intent.keys import DO_NOT_DISRUPT_ANNOTATION, POD_SCHEDULED
+from intent.keys import NODEPOOL_LABEL as NODEPOOL_LABEL
 from intent.quantity import parse_quantity
 
 #: Trigger pod annotation naming the NodeClaim the controller linked it to.
@@ -43,8 +46,6 @@ ANNOTATION_NODECLAIM = f"{DOMAIN}/nodeclaim"
 ANNOTATION_SERVES = f"{DOMAIN}/serves"
 #: Trigger pod annotation with the group's copied node selector, as JSON.
 ANNOTATION_SELECTOR = f"{DOMAIN}/selector"
-#: Label on NodeClaims and NodePools naming the pool (karpenter pkg/apis/v1/labels.go).
-NODEPOOL_LABEL = "karpenter.sh/nodepool"
 #: Node label key of the *marker* each trigger carries in its required node affinity:
 #: ``gpu-intent.io/trigger-name NotIn [<trigger name>]``. No node has this label, so the
 #: term never restricts where the trigger fits (Karpenter allows ``NotIn`` on keys no
@@ -92,16 +93,17 @@ class PodRef:
         return f"{self.namespace}/{self.name}"
 
 
-# Phases of the scale-up status annotation (see `ScaleUpStatus`).
-NATIVE = "Native"
-UNRESOLVABLE = "Unresolvable"
-INVALID = "InvalidIntent"
-TRIGGERED = "Triggered"
-PROVISIONING = "Provisioning"
-NODE_READY = "NodeReady"
-SCHEDULED = "Scheduled"
-WAITING = "Waiting"
-FAILED = "Failed"
+# The phases of the scale-up status annotation under their former names (the controller
+# spells them `Phase.X`; these stay for importers).
+NATIVE = Phase.NATIVE
+UNRESOLVABLE = Phase.UNRESOLVABLE
+INVALID = Phase.INVALID
+TRIGGERED = Phase.TRIGGERED
+PROVISIONING = Phase.PROVISIONING
+NODE_READY = Phase.NODE_READY
+SCHEDULED = Phase.SCHEDULED
+WAITING = Phase.WAITING
+FAILED = Phase.FAILED
 
 #: Pod annotation with the scale-up retry state (`RetryState`), kept apart from the
 #: status annotation so that a later status does not erase the count.
@@ -110,9 +112,12 @@ ANNOTATION_RETRY = f"{DOMAIN}/retry"
 #: removes only the protection it set (see `controller.failures.protections`).
 ANNOTATION_PROTECTED = f"{DOMAIN}/protected"
 #: Karpenter's annotation that blocks voluntary disruption of a Node or NodeClaim
-#: (``"true"``; kubernetes-sigs/karpenter pkg/apis/v1/labels.go ``DoNotDisruptAnnotationKey``,
-#: read by pkg/controllers/disruption/types.go ``NewCandidate``; REFERENCE.md section 1).
-DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+#: (`intent.keys.DO_NOT_DISRUPT_ANNOTATION`; REFERENCE.md section 1).
+DO_NOT_DISRUPT = DO_NOT_DISRUPT_ANNOTATION
+
+
+#: The phases as strings, to tell a known one from an unknown one.
+_PHASES: frozenset[str] = frozenset(Phase)
 
 
 def _json_object(raw: str | None) -> dict[str, Any] | None:
@@ -140,7 +145,9 @@ class ScaleUpStatus:
     a node; the scale-up is complete), ``InvalidIntent``.
     """
 
-    phase: str
+    #: A `Phase`; one this version does not know (a newer controller wrote it) stays the
+    #: string read.
+    phase: Phase | str
     message: str = ""
     trigger: str | None = None
     node_claim: str | None = None
@@ -169,8 +176,9 @@ class ScaleUpStatus:
             value = data.get(key)
             return value if isinstance(value, str) else None
 
+        phase: str = data["phase"]
         return cls(
-            phase=data["phase"],
+            phase=Phase(phase) if phase in _PHASES else phase,
             message=text("message") or "",
             trigger=text("trigger"),
             node_claim=text("nodeClaim"),
@@ -281,7 +289,7 @@ class ScheduledPod:
                 parse_time(c.get("lastTransitionTime"))
                 for c in (obj.get("status") or {}).get("conditions") or []
                 if isinstance(c, Mapping)
-                and c.get("type") == "PodScheduled"
+                and c.get("type") == POD_SCHEDULED
                 and c.get("status") == "True"
             ),
             None,
@@ -497,7 +505,7 @@ def slim_pod(obj: Mapping[str, Any], *, placement: bool = True) -> dict[str, Any
     conditions = [
         c
         for c in status.get("conditions") or []
-        if isinstance(c, Mapping) and c.get("type") == "PodScheduled"
+        if isinstance(c, Mapping) and c.get("type") == POD_SCHEDULED
     ]
     if conditions:
         slim_status["conditions"] = conditions
@@ -746,7 +754,7 @@ def parse_trigger(obj: Mapping[str, Any]) -> TriggerInfo | None:
             (
                 str(c.get("reason"))
                 for c in (obj.get("status") or {}).get("conditions") or []
-                if isinstance(c, Mapping) and c.get("type") == "PodScheduled"
+                if isinstance(c, Mapping) and c.get("type") == POD_SCHEDULED
             ),
             None,
         ),

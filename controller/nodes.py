@@ -26,6 +26,7 @@ from controller.model import (
     parse_time,
 )
 from intent.contract import IntentError, is_label_value, parse_gpus
+from intent.keys import KARPENTER_API_VERSION, KARPENTER_GROUP, NVIDIA_GPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +141,7 @@ def _owner_claim(meta: Mapping[str, Any]) -> str | None:
         if (
             isinstance(owner, Mapping)
             and owner.get("kind") == "NodeClaim"
-            and str(owner.get("apiVersion", "")).startswith("karpenter.sh/")
+            and str(owner.get("apiVersion", "")).startswith(f"{KARPENTER_GROUP}/")
             and isinstance(owner.get("name"), str)
         ):
             return str(owner["name"])
@@ -171,7 +172,7 @@ def slim_node(obj: Mapping[str, Any]) -> dict[str, Any]:
         slim_meta["annotations"] = {ANNOTATION_PROTECTED: annotations[ANNOTATION_PROTECTED]}
     if (claim := _owner_claim(meta)) is not None:
         slim_meta["ownerReferences"] = [
-            {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": claim}
+            {"apiVersion": KARPENTER_API_VERSION, "kind": "NodeClaim", "name": claim}
         ]
     return {
         "metadata": slim_meta,
@@ -237,11 +238,11 @@ def parse_nodeclaim(obj: Mapping[str, Any]) -> NodeClaimInfo:
     requests = (spec.get("resources") or {}).get("requests") or {}
     requirements = parse_requirements(spec.get("requirements"))
     try:
-        gpus = parse_gpus(str(requests.get("nvidia.com/gpu", "0")))
+        gpus = parse_gpus(str(requests.get(NVIDIA_GPU, "0")))
     except IntentError:
         gpus = Decimal(0)
     try:
-        capacity = parse_gpus(str((status.get("capacity") or {}).get("nvidia.com/gpu", "0")))
+        capacity = parse_gpus(str((status.get("capacity") or {}).get(NVIDIA_GPU, "0")))
     except IntentError:
         capacity = Decimal(0)
     ready_since = next(

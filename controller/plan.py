@@ -71,8 +71,6 @@ from controller.decisions import (
 )
 from controller.failures import Failure, effective_retry, next_retry, retry_due, trigger_failure
 from controller.model import (
-    NODE_READY,
-    PROVISIONING,
     GroupKey,
     InvalidPod,
     PendingPod,
@@ -86,6 +84,8 @@ from controller.packing import Bin, TriggerCapacity, gpu_need, pack
 from controller.pools import PoolResolver, resolve_pool
 from controller.statuses import Told
 from controller.triggers import LINKED_REASON, trigger_name, trigger_pod
+from intent.contract import Phase
+from intent.keys import NVIDIA_GPU, UNSCHEDULABLE
 
 # `PlanConfig` lives in `controller.decisions`; the command (`gpu_intent`) imports it
 # from here.
@@ -273,7 +273,7 @@ def _link_and_mark(snapshot: Snapshot, work: _Pass) -> None:
         if not t.binding
         and not t.node_name
         and t.condition_reason
-        != ("Unschedulable" if (linked := links.get(t.ref)) is None else LINKED_REASON)
+        != (UNSCHEDULABLE if (linked := links.get(t.ref)) is None else LINKED_REASON)
     )
 
 
@@ -488,7 +488,7 @@ def _tell_progress(
     trigger (its pods are covered by the executor)."""
     name = str(trigger.ref)
     if claim is not None and not claim.ready:
-        known = (PROVISIONING, name, claim.name, None)
+        known = (Phase.PROVISIONING, name, claim.name, None)
         if all(
             p.status is not None
             and (p.status.phase, p.status.trigger, p.status.node_claim, p.status.node) == known
@@ -533,7 +533,7 @@ def is_native(pod: PendingPod) -> bool:
     ``resources:nvidia.com/gpu``)."""
     if pod.unsimulatable:
         return False
-    return any(token == "resources:nvidia.com/gpu" for token in pod.intent.source) and (
+    return any(token == f"resources:{NVIDIA_GPU}" for token in pod.intent.source) and (
         pod.intent.gpus == pod.intent.gpus.to_integral_value()
     )
 
@@ -665,4 +665,4 @@ def time_sensitive(
     if pod.retry is not None or (pod.ref.namespace, pod.ref.name) in (retries or {}):
         return True
     status = pod.status
-    return status is not None and status.phase == NODE_READY and bool(status.node_claim)
+    return status is not None and status.phase == Phase.NODE_READY and bool(status.node_claim)

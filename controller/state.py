@@ -55,6 +55,7 @@ from intent.contract import (
     INJECT_VALUE,
     Intent,
     IntentError,
+    Phase,
     is_trigger,
 )
 
@@ -113,7 +114,9 @@ KINDS = (
     RESOURCESLICES,
 )
 #: Scale-up phases after which a pod's binding deserves a final ``Scheduled`` status.
-TRACKED_PHASES = frozenset({"Triggered", "Provisioning", "NodeReady", "Waiting", "Failed"})
+TRACKED_PHASES: frozenset[str] = frozenset(
+    {Phase.TRIGGERED, Phase.PROVISIONING, Phase.NODE_READY, Phase.WAITING, Phase.FAILED}
+)
 #: Most bound pods remembered while their final status is pending (memory bound).
 MAX_SCHEDULED = 10_000
 #: How long a NodeClaim lost before it registered is remembered for its triggers

@@ -10,22 +10,14 @@ from decimal import Decimal
 from controller.decisions import Event
 from controller.model import (
     ANNOTATION_RETRY,
-    FAILED,
-    INVALID,
-    NATIVE,
-    NODE_READY,
-    PROVISIONING,
-    SCHEDULED,
-    TRIGGERED,
-    UNRESOLVABLE,
-    WAITING,
     PodRef,
     RetryState,
     ScaleUpStatus,
     TriggerInfo,
 )
 from controller.nodes import NodeClaimInfo
-from intent.contract import format_gpus
+from intent.contract import Phase, format_gpus
+from intent.keys import INSTANCE_TYPE_LABEL
 
 #: A status and the Event that goes with it.
 Told = tuple[ScaleUpStatus, Event]
@@ -34,7 +26,9 @@ Told = tuple[ScaleUpStatus, Event]
 def invalid(error: str, stamp: str) -> Told:
     """``InvalidIntent``: the pod's gpu-intent annotations do not parse (``error``)."""
     message = f"ignoring this pod: its gpu-intent annotations do not parse: {error}"
-    return ScaleUpStatus(INVALID, message, since=stamp), Event("Warning", "InvalidIntent", message)
+    return ScaleUpStatus(Phase.INVALID, message, since=stamp), Event(
+        "Warning", "InvalidIntent", message
+    )
 
 
 def native(stamp: str) -> Told:
@@ -42,19 +36,21 @@ def native(stamp: str) -> Told:
     message = (
         "Karpenter can provision for this pod itself (whole nvidia.com/gpu); no trigger needed"
     )
-    return ScaleUpStatus(NATIVE, message, since=stamp), Event(
+    return ScaleUpStatus(Phase.NATIVE, message, since=stamp), Event(
         "Normal", "NativeProvisioning", message
     )
 
 
 def unresolvable(why: str, stamp: str) -> Told:
     """``Unresolvable``: no NodePool serves the pod, or none of its nodes can run it."""
-    return ScaleUpStatus(UNRESOLVABLE, why, since=stamp), Event("Warning", "NoNodePool", why)
+    return ScaleUpStatus(Phase.UNRESOLVABLE, why, since=stamp), Event("Warning", "NoNodePool", why)
 
 
 def waiting(message: str, stamp: str) -> Told:
     """``Waiting``: the pod's demand is held back by a cap or the cooldown (``message``)."""
-    return ScaleUpStatus(WAITING, message, since=stamp), Event("Normal", "ScaleUpWaiting", message)
+    return ScaleUpStatus(Phase.WAITING, message, since=stamp), Event(
+        "Normal", "ScaleUpWaiting", message
+    )
 
 
 def retrying(ref: PodRef, retry: RetryState, attempts: int, stamp: str) -> Told:
@@ -62,11 +58,13 @@ def retrying(ref: PodRef, retry: RetryState, attempts: int, stamp: str) -> Told:
     up (`failed_message`), else ``Waiting`` out its backoff (`retry_message`)."""
     if retry.attempts >= attempts:
         message = failed_message(ref, retry)
-        return ScaleUpStatus(FAILED, message, since=stamp), Event(
+        return ScaleUpStatus(Phase.FAILED, message, since=stamp), Event(
             "Warning", "ScaleUpFailed", message
         )
     message = retry_message(retry, attempts)
-    return ScaleUpStatus(WAITING, message, since=stamp), Event("Warning", "ScaleUpRetry", message)
+    return ScaleUpStatus(Phase.WAITING, message, since=stamp), Event(
+        "Warning", "ScaleUpRetry", message
+    )
 
 
 def failed_message(ref: PodRef, retry: RetryState) -> str:
@@ -93,7 +91,7 @@ def free_gpus(host: NodeClaimInfo, stamp: str) -> Told:
         f"NodeClaim {host.name} is Ready as node {node} with GPUs free for "
         "this pod; left to the pod's scheduler"
     )
-    status = ScaleUpStatus(NODE_READY, message, None, host.name, host.node_name, stamp)
+    status = ScaleUpStatus(Phase.NODE_READY, message, None, host.name, host.node_name, stamp)
     return status, Event("Normal", "NodeReady", message)
 
 
@@ -104,7 +102,7 @@ def triggered(trigger: str, gpus: int, pool: str, stamp: str) -> Told:
         f"trigger {trigger} requests {gpus} nvidia.com/gpu on NodePool {pool}; "
         "waiting for Karpenter to create a NodeClaim (none is known yet)"
     )
-    return ScaleUpStatus(TRIGGERED, message, trigger, since=stamp), Event(
+    return ScaleUpStatus(Phase.TRIGGERED, message, trigger, since=stamp), Event(
         "Normal", "Triggered", message
     )
 
@@ -115,14 +113,14 @@ def provisioning(
     """``Provisioning``: ``claim``, linked to ``trigger``, is on its way; ``pods`` pods
     use ``used`` of the trigger's GPUs."""
     name = str(trigger.ref)
-    itype = claim.labels.get("node.kubernetes.io/instance-type")
+    itype = claim.labels.get(INSTANCE_TYPE_LABEL)
     message = (
         f"Karpenter NodeClaim {claim.name}"
         + (f" ({itype})" if itype else "")
         + f" is being provisioned for trigger {name} "
         f"({trigger.gpus} GPU, {format_gpus(used)} used by {pods} pod(s))"
     )
-    status = ScaleUpStatus(PROVISIONING, message, name, claim.name, None, stamp)
+    status = ScaleUpStatus(Phase.PROVISIONING, message, name, claim.name, None, stamp)
     return status, Event("Normal", "Provisioning", message)
 
 
@@ -141,7 +139,7 @@ def node_ready(claim: NodeClaimInfo, trigger: str, stamp: str) -> Told:
             "ResourceNotRegistered, as on any DRA node: not a failure); removed trigger "
             f"{trigger} so the pod's scheduler can allocate its claims there"
         )
-    status = ScaleUpStatus(NODE_READY, message, None, claim.name, claim.node_name, stamp)
+    status = ScaleUpStatus(Phase.NODE_READY, message, None, claim.name, claim.node_name, stamp)
     return status, Event("Normal", "NodeReady", message)
 
 
@@ -156,5 +154,5 @@ def scheduled(node: str, claim_name: str | None, claim: NodeClaimInfo | None, st
             f"; its {claim.devices} GPU(s) are DRA ResourceSlice devices, so Karpenter's "
             "Initialized stays Unknown (ResourceNotRegistered): not a failure"
         )
-    status = ScaleUpStatus(SCHEDULED, message, None, claim_name, node, stamp)
+    status = ScaleUpStatus(Phase.SCHEDULED, message, None, claim_name, node, stamp)
     return status, Event("Normal", "ScaleUpComplete", message)

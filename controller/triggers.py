@@ -50,6 +50,13 @@ from intent.contract import (
     TRIGGER_LABEL,
     TRIGGER_LABEL_VALUE,
 )
+from intent.keys import (
+    AWS_GPU_MEMORY_LABEL,
+    AWS_GPU_NAME_LABEL,
+    NVIDIA_GPU,
+    POD_SCHEDULED,
+    UNSCHEDULABLE,
+)
 from intent.quantity import parse_quantity
 
 #: HAMi's webhook skips pods with this label; without it HAMi would rewrite the trigger
@@ -98,8 +105,8 @@ class TriggerSettings:
 
     namespace: str = "gpu-intent-system"
     image: str = "registry.k8s.io/pause:3.10"
-    gpu_name_label: str = "karpenter.k8s.aws/instance-gpu-name"
-    gpu_memory_label: str = "karpenter.k8s.aws/instance-gpu-memory"
+    gpu_name_label: str = AWS_GPU_NAME_LABEL
+    gpu_memory_label: str = AWS_GPU_MEMORY_LABEL
     cpu: str = "10m"
     memory: str = "16Mi"
     priority_class: str | None = None
@@ -197,7 +204,7 @@ def condition_patch(stamp: str, node_claim: str | None = None) -> dict[str, Any]
     real pods, or a KAI reservation pod, may take the GPU before the trigger is deleted
     without Karpenter buying again). ``stamp``: RFC 3339 time."""
     if node_claim is None:
-        reason = "Unschedulable"
+        reason = UNSCHEDULABLE
         message = (
             "gpu-intent trigger: no scheduler binds it; it stands for GPU demand Karpenter "
             "cannot see"
@@ -209,7 +216,7 @@ def condition_patch(stamp: str, node_claim: str | None = None) -> dict[str, Any]
         "status": {
             "conditions": [
                 {
-                    "type": "PodScheduled",
+                    "type": POD_SCHEDULED,
                     "status": "False",
                     "reason": reason,
                     "message": message,
@@ -337,8 +344,8 @@ def _pause_container(
     cpu = f"{max(cpu_millis, settings.min_cpu_millis)}m"
     memory = str(max(memory_bytes, settings.min_memory_bytes))
     resources = {
-        "requests": {"nvidia.com/gpu": str(gpus), "cpu": cpu, "memory": memory},
-        "limits": {"nvidia.com/gpu": str(gpus), "memory": memory},
+        "requests": {NVIDIA_GPU: str(gpus), "cpu": cpu, "memory": memory},
+        "limits": {NVIDIA_GPU: str(gpus), "memory": memory},
     }
     return {
         "name": "pause",

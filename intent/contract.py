@@ -24,6 +24,7 @@ The controller adds ``gpu-intent.io/scale-up`` (see `ANNOTATION_SCALE_UP`) to re
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,6 +44,27 @@ ANNOTATION_MODEL_MEMORY = f"{DOMAIN}/model-memory"
 ANNOTATION_SOURCE = f"{DOMAIN}/source"
 #: Written by the controller on real pods: a short human-readable scale-up status.
 ANNOTATION_SCALE_UP = f"{DOMAIN}/scale-up"
+
+
+class Phase(enum.StrEnum):
+    """The ``phase`` of the `ANNOTATION_SCALE_UP` status (its JSON values are these
+    strings; ``controller.model.ScaleUpStatus`` says what each means)."""
+
+    NATIVE = "Native"
+    UNRESOLVABLE = "Unresolvable"
+    INVALID = "InvalidIntent"
+    TRIGGERED = "Triggered"
+    PROVISIONING = "Provisioning"
+    NODE_READY = "NodeReady"
+    SCHEDULED = "Scheduled"
+    WAITING = "Waiting"
+    FAILED = "Failed"
+
+
+def source_kind(token: str) -> str:
+    """The ``<where>`` part of a `ANNOTATION_SOURCE` token: ``"hami"`` for
+    ``"hami:nvidia.com/gpumem"`` (the whole token when it has no ``:``)."""
+    return token.split(":", 1)[0]
 
 INTENT_ANNOTATIONS: tuple[str, ...] = (
     ANNOTATION_VERSION,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any, Final
 
+from intent import keys
 from intent.contract import IntentError, check_mib, format_gpus
 from intent.quantity import quantity_or_reason, to_mib
 from intent.text import show
@@ -36,13 +37,15 @@ __all__ = [
     "show",
 ]
 
-GPU_RESOURCE: Final = "nvidia.com/gpu"
-AMD_GPU_RESOURCE: Final = "amd.com/gpu"
-HAMI_GPUMEM: Final = "nvidia.com/gpumem"
-HAMI_GPUMEM_PERCENTAGE: Final = "nvidia.com/gpumem-percentage"
-HAMI_GPUCORES: Final = "nvidia.com/gpucores"
-HAMI_USE_GPUTYPE: Final = "nvidia.com/use-gputype"
-HAMI_NOUSE_GPUTYPE: Final = "nvidia.com/nouse-gputype"
+#: The GPU extended resources and HAMi's keys, under the names inference uses
+#: (defined in `intent.keys`).
+GPU_RESOURCE: Final = keys.NVIDIA_GPU
+AMD_GPU_RESOURCE: Final = keys.AMD_GPU
+HAMI_GPUMEM: Final = keys.HAMI_GPUMEM
+HAMI_GPUMEM_PERCENTAGE: Final = keys.HAMI_GPUMEM_PERCENTAGE
+HAMI_GPUCORES: Final = keys.HAMI_GPUCORES
+HAMI_USE_GPUTYPE: Final = keys.HAMI_USE_GPUTYPE
+HAMI_NOUSE_GPUTYPE: Final = keys.HAMI_NOUSE_GPUTYPE
 _HAMI_RESOURCES: Final = (HAMI_GPUMEM, HAMI_GPUMEM_PERCENTAGE, HAMI_GPUCORES)
 
 KAI_GPU_FRACTION: Final = "gpu-fraction"

@@ -20,6 +20,14 @@ from typing import Any, Final, NamedTuple, TypeGuard
 from intent.catalog import Catalog, GpuMatch, active_catalog, normalize
 from intent.contract import ANNOTATION_MODEL, is_label_value
 from intent.demand import HAMI_NOUSE_GPUTYPE, HAMI_USE_GPUTYPE, TF_GPU_MODEL, brief, short, show
+from intent.keys import (
+    AWS_GPU_NAME_LABEL,
+    AWS_INSTANCE_FAMILY_LABEL,
+    INSTANCE_TYPE_BETA_LABEL,
+    INSTANCE_TYPE_LABEL,
+    NVIDIA_GPU_PRODUCT_LABEL,
+)
+from intent.keys import NODEPOOL_LABEL as NODEPOOL_LABEL  # re-exported: Karpenter's NodePool label
 
 __all__ = [
     "FAMILY_LABELS",
@@ -47,28 +55,26 @@ __all__ = [
 #: Pool for EKS Auto Mode", supported labels); AMD's node labeller ``amd.com/
 #: gpu.product-name`` and its legacy ``beta.`` key (ROCm/k8s-device-plugin)).
 MODEL_LABELS: Final = (
-    "karpenter.k8s.aws/instance-gpu-name",
+    AWS_GPU_NAME_LABEL,
     "eks.amazonaws.com/instance-gpu-name",
     "karpenter.azure.com/sku-gpu-name",
     "karpenter.k8s.gcp/instance-gpu-name",
     "karpenter.k8s.alicloud/instance-gpu-name",
     "cloud.google.com/gke-accelerator",
-    "nvidia.com/gpu.product",
+    NVIDIA_GPU_PRODUCT_LABEL,
     "amd.com/gpu.product-name",
     "beta.amd.com/gpu.product-name",
     "accelerator",
 )
 #: Well-known instance type labels (kubernetes.io, "Well-Known Labels"): the catalog says
 #: which GPUs each type has (TKE: by family, the part before the dot).
-INSTANCE_TYPE_LABELS: Final = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
+INSTANCE_TYPE_LABELS: Final = (INSTANCE_TYPE_LABEL, INSTANCE_TYPE_BETA_LABEL)
 #: Instance family labels: Karpenter AWS, EKS Auto Mode, Karpenter TKE (REFERENCE §2).
 FAMILY_LABELS: Final = (
-    "karpenter.k8s.aws/instance-family",
+    AWS_INSTANCE_FAMILY_LABEL,
     "eks.amazonaws.com/instance-family",
     "karpenter.k8s.tke/instance-family",
 )
-#: Karpenter core's NodePool label (kubernetes-sigs/karpenter).
-NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
 #: Node label key -> (group, place in its group, kind): the order `model_sources` reads
 #: them in (GPU-name labels, instance types, families).
 _MODEL_KEY_ORDER: Final = {

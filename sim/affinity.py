@@ -24,8 +24,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from intent.keys import HOSTNAME_LABEL
+
 Obj = Mapping[str, Any]
-HOSTNAME = "kubernetes.io/hostname"
+HOSTNAME = HOSTNAME_LABEL
 
 
 def required_anti_affinity(pod: Obj) -> list[Obj]:

@@ -37,6 +37,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from intent.keys import DO_NOT_DISRUPT_ANNOTATION
 from sim.nodeclaims import KarpenterTimings, condition_true
 from sim.requirements import NODEPOOL_LABEL
 from sim.scheduling import is_terminal
@@ -47,7 +48,7 @@ __all__ = ["DO_NOT_DISRUPT", "Emptiness", "parse_duration"]
 log = logging.getLogger(__name__)
 
 Obj = Mapping[str, Any]
-DO_NOT_DISRUPT: Final = "karpenter.sh/do-not-disrupt"
+DO_NOT_DISRUPT: Final = DO_NOT_DISRUPT_ANNOTATION
 DISRUPTED_TAINT: Final = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
 _DURATION: Final = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNIT: Final = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}

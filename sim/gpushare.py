@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any, Literal
 
+from intent import keys
 from intent.quantity import parse_quantity, to_mib
 from sim.catalog import gpu_model
 from sim.dra import runs_dra
@@ -67,12 +68,12 @@ __all__ = [
 #: Pod annotation the sim's scheduler writes at bind time: ``"<index>:<share>,..."``.
 DEVICES_ANNOTATION = "sim.gpu-intent.io/gpu-devices"
 
-GPU = "nvidia.com/gpu"
-HAMI_GPUMEM = "nvidia.com/gpumem"
-HAMI_GPUMEM_PERCENTAGE = "nvidia.com/gpumem-percentage"
-HAMI_GPUCORES = "nvidia.com/gpucores"
-HAMI_USE_GPUTYPE = "nvidia.com/use-gputype"
-HAMI_NOUSE_GPUTYPE = "nvidia.com/nouse-gputype"
+GPU = keys.NVIDIA_GPU
+HAMI_GPUMEM = keys.HAMI_GPUMEM
+HAMI_GPUMEM_PERCENTAGE = keys.HAMI_GPUMEM_PERCENTAGE
+HAMI_GPUCORES = keys.HAMI_GPUCORES
+HAMI_USE_GPUTYPE = keys.HAMI_USE_GPUTYPE
+HAMI_NOUSE_GPUTYPE = keys.HAMI_NOUSE_GPUTYPE
 KAI_FRACTION = "gpu-fraction"
 KAI_MEMORY = "gpu-memory"
 KAI_NUM_DEVICES = "gpu-fraction-num-devices"

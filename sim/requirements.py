@@ -21,6 +21,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from intent import keys
+
 __all__ = [
     "AWS_INSTANCE_LABELS",
     "HOSTNAME_LABEL",
@@ -47,8 +49,8 @@ _OPERATORS: Final = frozenset({IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GT, LT})
 #: Go's math.MaxInt64: the "size" of a complement set (``Requirement.Len``).
 _UNBOUNDED: Final = sys.maxsize
 
-NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
-HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+NODEPOOL_LABEL: Final = keys.NODEPOOL_LABEL
+HOSTNAME_LABEL: Final = keys.HOSTNAME_LABEL
 
 #: ``karpenter.k8s.aws/*`` instance labels the AWS provider registers as well known
 #: (``pkg/apis/v1/labels.go``); an instance type lacking one has a DoesNotExist

@@ -16,14 +16,15 @@ from intent.contract import (
     INJECT_LABEL,
     INJECT_VALUE,
 )
+from intent.keys import AWS_GPU_NAME_LABEL, KARPENTER_GROUP
+from intent.keys import INSTANCE_TYPE_LABEL as INSTANCE_TYPE_LABEL
+from intent.keys import NODEPOOL_LABEL as NODEPOOL_LABEL
 
 log = logging.getLogger(__name__)
 
 TRIGGER_NAMESPACE: Final = "gpu-intent-system"
 DEFAULT_NODEPOOL: Final = "gpu-standard"
-GPU_NAME_LABEL: Final = "karpenter.k8s.aws/instance-gpu-name"
-NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
-INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
+GPU_NAME_LABEL: Final = AWS_GPU_NAME_LABEL
 #: The kinds an examples directory may hold (``apply`` creates them).
 EXAMPLE_KINDS: Final = ("Namespace", "NodePool", "ResourceClaimTemplate", "ResourceClaim", "Pod")
 #: The namespaced DRA kinds (``resource.k8s.io/v1``) and their plurals.
@@ -112,7 +113,7 @@ async def apply(api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
         "Namespace": lambda: core.create_namespace(obj, _preload_content=False),
         "Pod": lambda: core.create_namespaced_pod(meta["namespace"], obj, _preload_content=False),
         "NodePool": lambda: custom.create_cluster_custom_object(
-            "karpenter.sh", "v1", "nodepools", obj, _preload_content=False
+            KARPENTER_GROUP, "v1", "nodepools", obj, _preload_content=False
         ),
         "MutatingWebhookConfiguration": lambda: admission.create_mutating_webhook_configuration(
             obj, _preload_content=False

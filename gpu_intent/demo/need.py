@@ -15,6 +15,7 @@ from typing import Any
 
 from gpu_intent.demo.manifests import ANY_MODEL, GPU_NAME_LABEL, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL
 from intent.contract import Intent
+from intent.keys import NVIDIA_GPU
 from sim.catalog import CATALOG, InstanceType, by_name, format_quantity
 from sim.karpenter import Snapshot, solve
 from sim.scheduling import pod_requests
@@ -101,7 +102,7 @@ def _twin(
     if pool:
         selector[NODEPOOL_LABEL] = pool
     requests = {k: format_quantity(k, v) for k, v in sorted(resources.items())}
-    requests["nvidia.com/gpu"] = str(gpus)
+    requests[NVIDIA_GPU] = str(gpus)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -121,7 +122,7 @@ def _twin(
                     "image": "registry.k8s.io/pause:3.10",
                     "resources": {
                         "requests": requests,
-                        "limits": {"nvidia.com/gpu": str(gpus)},
+                        "limits": {NVIDIA_GPU: str(gpus)},
                     },
                 }
             ],

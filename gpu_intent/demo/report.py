@@ -20,9 +20,12 @@ from intent.contract import (
     TRIGGER_LABEL,
     Intent,
     IntentError,
+    Phase,
     format_gpus,
+    source_kind,
 )
 from intent.inference import infer
+from intent.keys import NVIDIA_GPU
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +206,7 @@ class Timeline:
             self.triggers_live.add(key)
             self.say(
                 f"trigger {key}",
-                f"created: {requests.get('nvidia.com/gpu')} nvidia.com/gpu, nodeSelector "
+                f"created: {requests.get(NVIDIA_GPU)} {NVIDIA_GPU}, nodeSelector "
                 + ",".join(f"{k}={v}" for k, v in sorted(selector.items())),
             )
 
@@ -298,7 +301,7 @@ def describe_intent(intent: Intent | None) -> str:
     parts = [f"{format_gpus(intent.gpus)} GPU", intent.model or "any model"]
     if intent.gpu_memory_mib:
         parts.append(f"{intent.gpu_memory_mib} MiB")
-    sources = sorted({token.split(":")[0] for token in intent.source})
+    sources = sorted({source_kind(token) for token in intent.source})
     return (
         " ".join(parts[:2]) + "".join(f", {p}" for p in parts[2:]) + f" (from {'+'.join(sources)})"
     )
@@ -319,7 +322,7 @@ def final_table(timeline: Timeline, out: TextIO) -> None:
         claim = timeline.claims.get(claim_name) or {}
         itype = ((claim.get("metadata") or {}).get("labels") or {}).get(INSTANCE_TYPE_LABEL, "")
         trigger = ", ".join(t.split("/")[-1] for t in record.triggers) or (
-            "none (Karpenter native)" if record.phase == "Native" else "none"
+            "none (Karpenter native)" if record.phase == Phase.NATIVE else "none"
         )
         rows.append(
             (

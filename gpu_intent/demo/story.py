@@ -43,7 +43,8 @@ from gpu_intent.demo.report import (
     summary_json,
 )
 from gpu_intent.explain import claim_index
-from intent.contract import TRIGGER_LABEL
+from intent.contract import TRIGGER_LABEL, Phase
+from intent.keys import KARPENTER_GROUP, NVIDIA_GPU
 from sim.cluster import SimCluster
 from sim.nodeclaims import EKS_TIMINGS, KarpenterTimings
 from webhook import server as webhook_server
@@ -282,7 +283,7 @@ class _Story:
                 ),
                 "watch-nodeclaims": _follow(
                     custom.list_cluster_custom_object,
-                    ("karpenter.sh", "v1", "nodeclaims"),
+                    (KARPENTER_GROUP, "v1", "nodeclaims"),
                     timeline.on_nodeclaim,
                     listed[1],
                     timeline.sync_nodeclaims,
@@ -322,14 +323,14 @@ class _Story:
                 # Every NodeClaim launched or gone, checked against a fresh list.
                 while True:
                     response = await custom.list_cluster_custom_object(
-                        "karpenter.sh", "v1", "nodeclaims", _preload_content=False
+                        KARPENTER_GROUP, "v1", "nodeclaims", _preload_content=False
                     )
                     timeline.sync_nodeclaims(list((await response.json()).get("items") or []))
                     if not timeline.unsettled_claims() or time.monotonic() >= deadline:
                         break
                     await asyncio.sleep(0.25)
             nodepools_response = await custom.list_cluster_custom_object(
-                "karpenter.sh", "v1", "nodepools", _preload_content=False
+                KARPENTER_GROUP, "v1", "nodepools", _preload_content=False
             )
             nodepools = list((await nodepools_response.json()).get("items") or [])
             triggers, _ = await controller_kube.list(
@@ -447,7 +448,7 @@ class _Story:
 
 #: Scale-up phases that say a scale-up is still under way: a bound pod's status must
 #: not end in one of them (it is owed ``Scheduled``).
-OPEN_PHASES = frozenset({"Triggered", "Provisioning", "NodeReady"})
+OPEN_PHASES: frozenset[str] = frozenset({Phase.TRIGGERED, Phase.PROVISIONING, Phase.NODE_READY})
 
 
 def _unclosed(timeline: Timeline) -> list[str]:
@@ -462,7 +463,7 @@ def _misnamed(timeline: Timeline) -> list[str]:
         f"{r.name} (says {r.status_claim or 'none'}, runs on {actual or 'unknown'})"
         for r in timeline.pods.values()
         if r.node
-        and r.phase == "Scheduled"
+        and r.phase == Phase.SCHEDULED
         and r.status_claim != (actual := timeline.claim_of_node.get(r.node))
     )
 
@@ -480,7 +481,7 @@ def _done(timeline: Timeline, expected: int) -> bool:
 def _is_native(record: PodRecord) -> bool:
     """Karpenter provisions for the pod by itself: no GPU intent, or whole GPUs asked as
     ``nvidia.com/gpu`` resources."""
-    return record.intent is None or "resources:nvidia.com/gpu" in record.intent.source
+    return record.intent is None or f"resources:{NVIDIA_GPU}" in record.intent.source
 
 
 def _shown_stuck(timeline: Timeline, expected: int) -> bool:
