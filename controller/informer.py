@@ -24,40 +24,14 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import CollectorRegistry
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_random_exponential
 
 from controller.kube import Kube, KubeError, Obj, Resource
-from controller.metrics import REGISTRY
+from controller.metrics import ControllerMetrics
 from controller.state import ClusterState
 
 log = logging.getLogger(__name__)
-
-RESTARTS = Counter(
-    "gpu_intent_informer_restarts_total",
-    "Informer relists after the initial list, by resource and reason (expired: 410 Gone; "
-    "throttled: 429; error: anything else).",
-    ["informer", "reason"],
-    registry=REGISTRY,
-)
-EVENTS = Counter(
-    "gpu_intent_informer_events_total",
-    "Watch events applied to the cache, by informer and type.",
-    ["informer", "type"],
-    registry=REGISTRY,
-)
-SYNCED = Gauge(
-    "gpu_intent_informer_synced",
-    "1 once the informer's first list is in the cache, else 0.",
-    ["informer"],
-    registry=REGISTRY,
-)
-BACKOFF_SECONDS = Counter(
-    "gpu_intent_informer_backoff_seconds_total",
-    "Seconds informers waited before relisting after a failure.",
-    ["informer"],
-    registry=REGISTRY,
-)
 
 #: A watch that ends sooner than this with no event in it is a failure, not a server
 #: timeout (client-go reflector ``handleWatch``: "very short watch").
@@ -101,7 +75,9 @@ class Informer:
     """Keeps ``state`` current for one `InformerSpec`; calls ``on_change`` after each
     update. ``watch_seconds``: the server-side watch timeout asked for (seconds);
     ``min_backoff``/``max_backoff``: the first window and the cap of the relist backoff
-    (seconds); ``sleep``: how to wait (tests record the waits)."""
+    (seconds); ``sleep``: how to wait (tests record the waits); ``metrics``: where its
+    ``gpu_intent_informer_*`` metrics are counted, labelled with ``spec.kind`` (the
+    controller's; by default a fresh `ControllerMetrics` of its own)."""
 
     def __init__(
         self,
@@ -114,8 +90,10 @@ class Informer:
         min_backoff: float = 0.5,
         max_backoff: float = 30.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        metrics: ControllerMetrics | None = None,
     ) -> None:
         self.kube = kube
+        self.metrics = metrics if metrics is not None else ControllerMetrics(CollectorRegistry())
         self.spec = spec
         self.state = state
         self.on_change = on_change
@@ -127,7 +105,7 @@ class Informer:
         self._jitter = wait_random_exponential(
             multiplier=min_backoff, max=max_backoff, min=min(0.1, min_backoff)
         )
-        SYNCED.labels(spec.kind).set(0)
+        self.metrics.informer_synced.labels(spec.kind).set(0)
 
     def _wait(self, state: RetryCallState) -> float:
         error = state.outcome.exception() if state.outcome is not None else None
@@ -137,11 +115,11 @@ class Informer:
         error = state.outcome.exception() if state.outcome is not None else None
         delay = state.upcoming_sleep
         if isinstance(error, KubeError):
-            RESTARTS.labels(self.spec.kind, _reason(error)).inc()
+            self.metrics.informer_restarts.labels(self.spec.kind, _reason(error)).inc()
             if error.gone:
                 log.info("informer %s: %s; relisting", self.spec.kind, error)
                 return
-        BACKOFF_SECONDS.labels(self.spec.kind).inc(delay)
+        self.metrics.informer_backoff_seconds.labels(self.spec.kind).inc(delay)
         log.warning("informer %s: %s; relisting in %.2fs", self.spec.kind, error, delay)
 
     async def run(self) -> None:
@@ -182,7 +160,7 @@ class Informer:
             spec.observe("SYNCED", {})
         self.state.replace(spec.kind, items, kept=True)
         self.synced.set()
-        SYNCED.labels(spec.kind).set(1)
+        self.metrics.informer_synced.labels(spec.kind).set(1)
         self.on_change()
         log.debug("informer %s listed %d objects at resourceVersion %s", spec.kind, len(items), rv)
         return rv
@@ -201,7 +179,7 @@ class Informer:
         ):
             seen += 1
             rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-            EVENTS.labels(spec.kind, event_type).inc()
+            self.metrics.informer_events.labels(spec.kind, event_type).inc()
             if event_type == "BOOKMARK":
                 continue
             if event_type in ("ADDED", "MODIFIED", "DELETED"):
@@ -210,10 +188,13 @@ class Informer:
                 self.state.apply(spec.kind, event_type, obj)
                 self.on_change()
         if not seen and time.monotonic() - started < SHORT_WATCH_SECONDS:
+            # The informer's judgement, not a failed call: counted as a restart (error),
+            # not in gpu_intent_api_errors_total (the adapter counts those).
             raise KubeError(
                 f"watching {spec.resource.plural} from resourceVersion {rv}",
                 0,
                 "ShortWatch",
                 f"the watch closed after less than {SHORT_WATCH_SECONDS:g}s with no event",
+                verb="watch",
             )
         return rv

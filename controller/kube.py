@@ -2,7 +2,9 @@
 
 Everything here is I/O; everything that decides what to send lives elsewhere. Objects
 stay JSON dicts (``_preload_content=False``) so the pure core never sees client models,
-and every failure becomes a `KubeError` whose message says what was being done. Bodies
+and every failure becomes a `KubeError` whose message says what was being done (its
+fields: the Kubernetes verb, the HTTP status...), counted by the adapter into
+``gpu_intent_api_errors_total{verb,code}`` on the `ControllerMetrics` it was given. Bodies
 and watch events are decoded with orjson: about twice as fast as the json module, and
 its key cache gives every decoded object the same key strings, so the cached objects
 share them.
@@ -14,7 +16,8 @@ import functools
 import logging
 import os
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,33 +27,14 @@ import aiohttp
 import orjson
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
-from prometheus_client import Counter
+from prometheus_client import CollectorRegistry
 
-from controller.metrics import REGISTRY
+from controller.metrics import ControllerMetrics
 
 log = logging.getLogger(__name__)
 
-API_ERRORS = Counter(
-    "gpu_intent_api_errors_total",
-    "API calls that failed, by Kubernetes verb and HTTP code (0: no answer: connection "
-    "refused or lost, timeout).",
-    ["verb", "code"],
-    registry=REGISTRY,
-)
-#: The verb phrase a `KubeError` message starts with, as the Kubernetes verb.
-VERBS = {
-    "listing": "list",
-    "watching": "watch",
-    "reading": "get",
-    "creating": "create",
-    "deleting": "delete",
-    "patching": "patch",
-    "annotating": "patch",
-    "labelling": "patch",
-    "updating": "update",
-    "recording": "create",
-    "loading": "config",
-}
+#: The Kubernetes verb of a write sent by HTTP method (`Kube._send`).
+METHOD_VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
 
 
 def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
@@ -69,12 +53,25 @@ Obj = dict[str, Any]
 
 
 class KubeError(Exception):
-    """An API call failed. ``status`` is the HTTP code (0: no answer), ``reason`` the
-    Kubernetes Status reason (``NotFound``, ``Conflict``, ``Expired``...),
-    ``retry_after`` the seconds of a ``Retry-After`` header when the server sent one
-    (429 from max-in-flight or API Priority and Fairness, k8s.io/apiserver
-    ``pkg/server/filters/maxinflight.go``), else None. ``verb`` is what was being done
-    (``list``, ``watch``, ``create``...), for the API error metric."""
+    """An API call failed.
+
+    Fields, set where it is raised:
+
+    - ``doing``: what was being done, e.g. ``listing pods``, ``creating pod ns/name``;
+    - ``verb``: the Kubernetes verb of the call (``list``, ``watch``, ``get``,
+      ``create``, ``patch``, ``update``, ``delete``; ``config`` for a kubeconfig that
+      would not load), the ``verb`` label of ``gpu_intent_api_errors_total``;
+    - ``status``: the HTTP code (0: no answer: connection refused or lost, timeout);
+    - ``reason``: the Kubernetes Status reason (``NotFound``, ``Conflict``,
+      ``Expired``...) or the client exception's class name;
+    - ``detail``: the server's message (at most 500 characters of it);
+    - ``retry_after``: the seconds of a ``Retry-After`` header when the server sent one
+      (429 from max-in-flight or API Priority and Fairness, k8s.io/apiserver
+      ``pkg/server/filters/maxinflight.go``), else None.
+
+    The message is ``"<doing>: <status> <reason>: <detail>"``. Creating one counts
+    nothing: the `Kube` adapter counts the errors it raises, on its metrics.
+    """
 
     def __init__(
         self,
@@ -87,22 +84,26 @@ class KubeError(Exception):
         verb: str = "",
     ) -> None:
         super().__init__(f"{doing}: {status} {reason}: {message[:500]}")
+        self.doing = doing
+        self.verb = verb
         self.status = status
         self.reason = reason
+        self.detail = message[:500]
         self.retry_after = retry_after
-        self.verb = verb or doing.split(" ", 1)[0]
-        API_ERRORS.labels(VERBS.get(self.verb, self.verb), str(status)).inc()
 
     @property
     def not_found(self) -> bool:
+        """404 Not Found."""
         return self.status == 404
 
     @property
     def conflict(self) -> bool:
+        """409: Conflict (stale resourceVersion, failed precondition) or AlreadyExists."""
         return self.status == 409
 
     @property
     def gone(self) -> bool:
+        """410 Gone: a watch's resourceVersion was compacted away (relist)."""
         return self.status == 410
 
 
@@ -149,7 +150,7 @@ async def load_configuration(
                 config_file=str(default), context=context, client_configuration=cfg
             )
     except (config.ConfigException, OSError) as e:
-        raise KubeError("loading kubeconfig", 0, "ConfigError", str(e)) from e
+        raise KubeError("loading kubeconfig", 0, "ConfigError", str(e), verb="config") from e
     return cfg
 
 
@@ -205,7 +206,9 @@ class _Replayed:
         pass
 
 
-async def _read(response: aiohttp.ClientResponse | _Replayed, doing: str) -> Obj:
+async def _read(response: aiohttp.ClientResponse | _Replayed, doing: str, verb: str) -> Obj:
+    """The JSON object answered; `KubeError` (``doing``, ``verb``) for a status of 400
+    or more, or a body that is no JSON object."""
     try:
         body = await response.read()
     finally:
@@ -227,6 +230,7 @@ async def _read(response: aiohttp.ClientResponse | _Replayed, doing: str) -> Obj
             str(reason),
             str(message),
             retry_after=retry_after_seconds(response.headers),
+            verb=verb,
         )
     return data
 
@@ -246,11 +250,18 @@ class Kube:
     """API calls the controller makes, each returning plain dicts.
 
     Create with `Kube.connect` (or ``Kube(ApiClient(cfg))``) and `close` when done.
-    All methods raise `KubeError`.
+    All methods raise `KubeError`, each counted once, as it is raised, into
+    ``metrics``' ``gpu_intent_api_errors_total{verb,code}`` (`KubeError.verb`,
+    `KubeError.status`), those the method then handles too (a 404 read as None, a 409
+    on delete). ``metrics``: the controller's (`ControllerMetrics`); by default a fresh
+    one on a registry of its own, which nothing serves.
     """
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(
+        self, api_client: client.ApiClient, metrics: ControllerMetrics | None = None
+    ) -> None:
         without_env_lookups(api_client)
+        self.metrics = metrics if metrics is not None else ControllerMetrics(CollectorRegistry())
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
@@ -264,26 +275,49 @@ class Kube:
         self._idle_watches: list[watch.Watch] = []
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> Kube:
-        return cls(client.ApiClient(configuration=await load_configuration(kubeconfig, context)))
+    async def connect(
+        cls,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        metrics: ControllerMetrics | None = None,
+    ) -> Kube:
+        """A `Kube` on the configuration `load_configuration` finds; raises `KubeError`
+        (verb ``config``, not counted: there is no adapter yet) when none is usable."""
+        cfg = await load_configuration(kubeconfig, context)
+        return cls(client.ApiClient(configuration=cfg), metrics)
 
     async def close(self) -> None:
+        """Close the API client's connections."""
         await self.api_client.close()
 
-    async def _call(self, doing: str, fn: Any, *args: Any, **kwargs: Any) -> Obj:
+    @contextmanager
+    def _counted(self) -> Iterator[None]:
+        """Count a `KubeError` raised inside (by verb and code), and let it through: the
+        one place API errors are counted."""
         try:
-            response = await fn(*args, _preload_content=False, **kwargs)
-        except ApiException as e:
-            raise KubeError(
-                doing,
-                e.status or 0,
-                str(e.reason),
-                str(e.body or ""),
-                retry_after=retry_after_seconds(e.headers),
-            ) from e
-        except (TimeoutError, aiohttp.ClientError, OSError) as e:
-            raise KubeError(doing, 0, type(e).__name__, str(e)) from e
-        return await _read(response, doing)
+            yield
+        except KubeError as e:
+            self.metrics.api_errors.labels(e.verb, str(e.status)).inc()
+            raise
+
+    async def _call(self, verb: str, doing: str, fn: Any, *args: Any, **kwargs: Any) -> Obj:
+        """``fn`` (a generated API method) with ``args``, its answer decoded; raises a
+        counted `KubeError` with ``verb`` and ``doing``."""
+        with self._counted():
+            try:
+                response = await fn(*args, _preload_content=False, **kwargs)
+            except ApiException as e:
+                raise KubeError(
+                    doing,
+                    e.status or 0,
+                    str(e.reason),
+                    str(e.body or ""),
+                    retry_after=retry_after_seconds(e.headers),
+                    verb=verb,
+                ) from e
+            except (TimeoutError, aiohttp.ClientError, OSError) as e:
+                raise KubeError(doing, 0, type(e).__name__, str(e), verb=verb) from e
+            return await _read(response, doing, verb)
 
     async def _send(
         self,
@@ -301,7 +335,8 @@ class Kube:
         The generated API methods walk a body twice before sending it (their
         ``sanitize_for_serialization``, then the json module): 117 us for a trigger pod
         against orjson's 2, at a burst's 10,000 trigger writes most of a second of the
-        controller's CPU. Raises `KubeError` as `_call` does."""
+        controller's CPU. Raises `KubeError` as `_call` does, its verb the method's
+        (`METHOD_VERBS`)."""
         api = self.api_client
         rest = api.rest_client
         headers = {**api.default_headers, "Accept": "application/json"}
@@ -314,17 +349,19 @@ class Kube:
                 extra["proxy_headers"] = rest.proxy_headers
         if rest.server_hostname:
             extra["server_hostname"] = rest.server_hostname
-        try:
-            response = await rest.pool_manager.request(
-                method,
-                f"{api.configuration.host}{path}",
-                data=orjson.dumps(body),
-                headers=headers,
-                **extra,
-            )
-        except (TimeoutError, aiohttp.ClientError, OSError) as e:
-            raise KubeError(doing, 0, type(e).__name__, str(e)) from e
-        return await _read(response, doing)
+        verb = METHOD_VERBS[method]
+        with self._counted():
+            try:
+                response = await rest.pool_manager.request(
+                    method,
+                    f"{api.configuration.host}{path}",
+                    data=orjson.dumps(body),
+                    headers=headers,
+                    **extra,
+                )
+            except (TimeoutError, aiohttp.ClientError, OSError) as e:
+                raise KubeError(doing, 0, type(e).__name__, str(e), verb=verb) from e
+            return await _read(response, doing, verb)
 
     async def serves(self, resource: Resource) -> bool:
         """Whether the API server serves ``resource`` (its group/version's discovery
@@ -332,6 +369,7 @@ class Kube:
         path = f"/apis/{resource.group}/{resource.version}" if resource.group else "/api/v1"
         try:
             data = await self._call(
+                "get",
                 f"discovering {path}",
                 self.api_client.call_api,
                 path,
@@ -397,6 +435,7 @@ class Kube:
         while True:
             page = {"limit": page_size, **({"_continue": token} if token else {})}
             data = await self._call(
+                "list",
                 f"listing {resource.plural}",
                 fn,
                 *args,
@@ -442,7 +481,7 @@ class Kube:
             if answers and answers[-1].status >= 400:
                 answer = answers[-1]
                 rest = await answer.read() if not answer.closed else b""
-                await _read(_Replayed(answer, first.encode() + rest), doing)
+                await _read(_Replayed(answer, first.encode() + rest), doing, "watch")
 
         # Lines as they come ("str"), decoded once here: the "object" mode decodes each
         # event, encodes it again and decodes that copy (kubernetes_asyncio
@@ -450,43 +489,49 @@ class Kube:
         stream = self._idle_watches.pop() if self._idle_watches else watch.Watch(return_type="str")
         doing = f"watching {resource.plural} from resourceVersion {resource_version}"
         try:
-            async with stream.stream(
-                call,
-                *args,
-                resource_version=resource_version,
-                timeout_seconds=timeout_seconds,
-                allow_watch_bookmarks=True,
-                **self._selectors(label_selector, field_selector),
-            ) as events:
-                async for line in events:
-                    await fail_on_error_answer(line)
-                    try:
-                        event = orjson.loads(line)
-                    except ValueError as e:
-                        raise KubeError(doing, 0, "MalformedEvent", str(line)[:200]) from e
-                    obj = event.get("object") if isinstance(event, dict) else None
-                    if not isinstance(obj, dict):
-                        continue
-                    kind = str(event.get("type", ""))
-                    if kind == "ERROR":  # a Status, e.g. 410 Expired: the watch is over
-                        raise KubeError(
-                            doing,
-                            int(obj.get("code") or 0),
-                            str(obj.get("reason", "")),
-                            str(obj.get("message", "")),
-                        )
-                    yield kind, obj
-                await fail_on_error_answer("")
-        except ApiException as e:
-            raise KubeError(
-                doing,
-                e.status or 0,
-                str(e.reason),
-                str(e.body or ""),
-                retry_after=retry_after_seconds(e.headers),
-            ) from e
-        except (TimeoutError, aiohttp.ClientError, OSError) as e:
-            raise KubeError(doing, 0, type(e).__name__, str(e)) from e
+            with self._counted():
+                try:
+                    async with stream.stream(
+                        call,
+                        *args,
+                        resource_version=resource_version,
+                        timeout_seconds=timeout_seconds,
+                        allow_watch_bookmarks=True,
+                        **self._selectors(label_selector, field_selector),
+                    ) as events:
+                        async for line in events:
+                            await fail_on_error_answer(line)
+                            try:
+                                event = orjson.loads(line)
+                            except ValueError as e:
+                                raise KubeError(
+                                    doing, 0, "MalformedEvent", str(line)[:200], verb="watch"
+                                ) from e
+                            obj = event.get("object") if isinstance(event, dict) else None
+                            if not isinstance(obj, dict):
+                                continue
+                            kind = str(event.get("type", ""))
+                            if kind == "ERROR":  # a Status, e.g. 410 Expired: the watch is over
+                                raise KubeError(
+                                    doing,
+                                    int(obj.get("code") or 0),
+                                    str(obj.get("reason", "")),
+                                    str(obj.get("message", "")),
+                                    verb="watch",
+                                )
+                            yield kind, obj
+                        await fail_on_error_answer("")
+                except ApiException as e:
+                    raise KubeError(
+                        doing,
+                        e.status or 0,
+                        str(e.reason),
+                        str(e.body or ""),
+                        retry_after=retry_after_seconds(e.headers),
+                        verb="watch",
+                    ) from e
+                except (TimeoutError, aiohttp.ClientError, OSError) as e:
+                    raise KubeError(doing, 0, type(e).__name__, str(e), verb="watch") from e
         finally:
             if stream.resp is None:  # closed cleanly: nothing of this stream is left in it
                 self._idle_watches.append(stream)
@@ -495,7 +540,11 @@ class Kube:
         """The pod as the API server has it now, or None when it does not exist."""
         try:
             return await self._call(
-                f"reading pod {namespace}/{name}", self.core.read_namespaced_pod, name, namespace
+                "get",
+                f"reading pod {namespace}/{name}",
+                self.core.read_namespaced_pod,
+                name,
+                namespace,
             )
         except KubeError as e:
             if e.not_found:
@@ -503,6 +552,7 @@ class Kube:
             raise
 
     async def create_pod(self, namespace: str, body: Mapping[str, Any]) -> Obj:
+        """Create the pod ``body`` in ``namespace``; the pod as created."""
         meta = body.get("metadata", {})
         name = meta.get("name") or f"{meta.get('generateName', '')}*"
         return await self._send(
@@ -514,6 +564,7 @@ class Kube:
         enforces). False when it is already gone or is another pod by that name now."""
         try:
             await self._call(
+                "delete",
                 f"deleting pod {namespace}/{name}",
                 self.core.delete_namespaced_pod,
                 name,
@@ -557,6 +608,7 @@ class Kube:
     async def label_node(self, name: str, labels: Mapping[str, str]) -> Obj:
         """Set labels on a Node with a strategic merge patch (other labels untouched)."""
         return await self._call(
+            "patch",
             f"labelling node {name}",
             self.core.patch_node,
             name,
@@ -567,6 +619,7 @@ class Kube:
         """Set (or, for None values, remove) annotations on a Node with a strategic
         merge patch."""
         return await self._call(
+            "patch",
             f"annotating node {name}",
             self.core.patch_node,
             name,
@@ -577,6 +630,7 @@ class Kube:
         """Set (or, for None values, remove) annotations on a NodeClaim with a JSON merge
         patch (RFC 7386; custom resources take no strategic merge patch)."""
         return await self._call(
+            "patch",
             f"annotating nodeclaim {name}",
             self.custom.patch_cluster_custom_object,
             NODECLAIMS.group,
@@ -593,6 +647,7 @@ class Kube:
         body = {"preconditions": {"uid": uid}} if uid else None
         try:
             await self._call(
+                "delete",
                 f"deleting nodeclaim {name}",
                 self.custom.delete_cluster_custom_object,
                 NODECLAIMS.group,
@@ -608,6 +663,7 @@ class Kube:
         return True
 
     async def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """Record the core/v1 Event ``body`` in ``namespace``."""
         await self._send(
             f"recording event in {namespace}",
             "POST",
@@ -619,6 +675,7 @@ class Kube:
         """The ``coordination.k8s.io/v1`` Lease, or None when it does not exist."""
         try:
             return await self._call(
+                "get",
                 f"reading lease {namespace}/{name}",
                 self.coordination.read_namespaced_lease,
                 name,
@@ -634,6 +691,7 @@ class Kube:
         replica created it first."""
         name = body.get("metadata", {}).get("name", "")
         return await self._call(
+            "create",
             f"creating lease {namespace}/{name}",
             self.coordination.create_namespaced_lease,
             namespace,
@@ -646,6 +704,7 @@ class Kube:
         Lease since (optimistic concurrency, as client-go's ``LeaseLock.Update``)."""
         name = body.get("metadata", {}).get("name", "")
         return await self._call(
+            "update",
             f"updating lease {namespace}/{name}",
             self.coordination.replace_namespaced_lease,
             name,

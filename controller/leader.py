@@ -37,8 +37,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from controller import metrics
+from prometheus_client import CollectorRegistry
+
 from controller.kube import Kube, KubeError, Obj
+from controller.metrics import ControllerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +178,8 @@ class LeaderElector:
         config: Lease location and timings (seconds).
         now: wall clock written into the Lease (``acquireTime``, ``renewTime``).
         monotonic: clock for validity and deadlines (seconds), never the wall clock.
+        metrics: where ``gpu_intent_leader`` is set (1 while leading, else 0): the
+            controller's; by default a fresh `ControllerMetrics` of its own.
     """
 
     def __init__(
@@ -185,9 +189,11 @@ class LeaderElector:
         *,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
+        metrics: ControllerMetrics | None = None,
     ) -> None:
         self.kube = kube
         self.config = config
+        self.metrics = metrics if metrics is not None else ControllerMetrics(CollectorRegistry())
         self._now = now
         self._monotonic = monotonic
         self._observed: Obj | None = None
@@ -276,7 +282,7 @@ class LeaderElector:
         await self._acquire()
         log.info("leader election: %s leads (lease %s/%s)", cfg.identity, cfg.namespace, cfg.name)
         self.leading.set()
-        metrics.LEADER.set(1)
+        self.metrics.leader.set(1)
         task = asyncio.ensure_future(lead())
         renewer = asyncio.ensure_future(self._renew())
         lost: BaseException | None = None
@@ -293,7 +299,7 @@ class LeaderElector:
                 t.cancel()
             await asyncio.gather(task, renewer, return_exceptions=True)
             self.leading.clear()
-            metrics.LEADER.set(0)
+            self.metrics.leader.set(0)
             if lost is None and cfg.release_on_cancel:
                 await self.release()  # lead() has stopped: a successor may act now
         if lost is not None:

@@ -1,9 +1,13 @@
-"""The controller's Prometheus registry and the metrics the reconciler updates.
+"""The controller's Prometheus metrics: `ControllerMetrics`, one per controller,
+registered on the registry its ``/metrics`` serves.
 
-Informer metrics live beside the informer, API errors beside the API adapter
-(``gpu_intent_api_errors_total{verb,code}``, `controller.kube`). Buckets: reconcile passes are expected to
-take milliseconds; a pod's time to a node is tens of seconds to minutes (cloud launch
-plus registration, REFERENCE.md 1: launch timeout 5 min, registration 15 min).
+The composition root (`gpu_intent.cli.controller`) creates one on a new
+`CollectorRegistry` and hands it to everything that updates a metric: the `Kube` adapter
+(API errors), the informers, the leader elector, the status writer and the `Controller`.
+Nothing here is module-global, so two controllers in one process (tests, the demo)
+count apart. Buckets: reconcile passes are expected to take milliseconds; a pod's time
+to a node is tens of seconds to minutes (cloud launch plus registration, REFERENCE.md 1:
+launch timeout 5 min, registration 15 min).
 """
 
 from __future__ import annotations
@@ -12,91 +16,200 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 
 from controller.model import TRIGGER_MARKER_KEY
 
-REGISTRY = CollectorRegistry()
-
-PENDING_PODS = Gauge(
-    "gpu_intent_pending_gpu_pods",
-    "Unschedulable pods with a GPU intent, by scale-up phase.",
-    ["phase"],
-    registry=REGISTRY,
-)
-TRIGGERS = Gauge("gpu_intent_triggers", "Live trigger pods.", registry=REGISTRY)
-DEMAND_GPUS = Gauge(
-    "gpu_intent_demand_gpus",
-    "GPUs (possibly fractional) wanted by pods that need a trigger, by NodePool and model.",
-    ["nodepool", "model"],
-    registry=REGISTRY,
-)
-OPERATIONS = Counter(
-    "gpu_intent_operations_total",
-    "API writes the controller made, by operation and result.",
-    ["operation", "result"],
-    registry=REGISTRY,
-)
-RECONCILE_SECONDS = Histogram(
-    "gpu_intent_reconcile_seconds",
-    "Duration of one plan-and-apply pass (its writes included).",
-    # Up to a minute: a pass whose writes meet 429s and 500s waits out their retries.
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
-    registry=REGISTRY,
-)
-PLAN_SECONDS = Histogram(
-    "gpu_intent_plan_seconds",
-    "The deciding part of a pass (snapshot and plan, no API call): the controller's own "
-    "CPU per pass, apart from waiting on its writes.",
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
-    registry=REGISTRY,
-)
-TIME_TO_NODE = Histogram(
-    "gpu_intent_pod_time_to_node_seconds",
-    "From the creation of a pod gpu-intent scaled up for to its binding to a node.",
-    buckets=(5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 900, 1800),
-    registry=REGISTRY,
-)
-LEADER = Gauge(
-    "gpu_intent_leader",
-    "1 while this replica holds the leader Lease and acts, else 0.",
-    registry=REGISTRY,
-)
-TRIGGERS_CREATED = Counter(
-    "gpu_intent_triggers_created_total",
-    "Trigger pods created, by NodePool.",
-    ["nodepool"],
-    registry=REGISTRY,
-)
-SCALE_UPS = Counter(
-    "gpu_intent_scale_ups_total",
-    "Pods whose scale-up ended, by result: success (bound to a node, told Scheduled), "
-    "failed (told Failed), cancelled (deleted before it got a node). Success rate: "
-    'sum(rate(gpu_intent_scale_ups_total{result="success"}[1h])) / '
-    "sum(rate(gpu_intent_scale_ups_total[1h])).",
-    ["result"],
-    registry=REGISTRY,
-)
 #: Karpenter's NodeClaim conditions in the order a NodeClaim passes them (karpenter
 #: pkg/apis/v1/nodeclaim_status.go: ConditionTypeLaunched, ConditionTypeRegistered,
 #: ConditionTypeInitialized, and the root Ready condition).
 NODECLAIM_PHASES: tuple[str, ...] = ("Launched", "Registered", "Initialized", "Ready")
-NODECLAIM_PROVISION_SECONDS = Histogram(
-    "gpu_intent_nodeclaim_provision_seconds",
-    "From the creation of a NodeClaim bought for gpu-intent triggers to each of its "
-    "conditions turning True (phase: Launched, Registered, Initialized, Ready), by NodePool.",
-    ["nodepool", "phase"],
-    buckets=(1, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 900, 1200, 1800),
-    registry=REGISTRY,
-)
+#: Seconds: a pass whose writes meet 429s and 500s waits out their retries, up to a minute.
+RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+#: The results of a scale-up (`scale_up_result`; ``cancelled``: deleted before a node).
+SCALE_UP_RESULTS: tuple[str, ...] = ("success", "failed", "cancelled")
 
-for _result in ("success", "failed", "cancelled"):
-    SCALE_UPS.labels(_result)  # exported at 0 from the start, so a rate has both sides
+
+class ControllerMetrics:
+    """The controller's metrics, registered on one `CollectorRegistry`.
+
+    Reconciler (`controller.reconciler.Controller`):
+
+    - ``gpu_intent_pending_gpu_pods{phase}`` (gauge): unschedulable pods with a GPU
+      intent, by scale-up phase;
+    - ``gpu_intent_triggers`` (gauge): live trigger pods;
+    - ``gpu_intent_demand_gpus{nodepool,model}`` (gauge): GPUs, possibly fractional,
+      wanted by pods that need a trigger (``model`` ``any`` when unnamed);
+    - ``gpu_intent_operations_total{operation,result}``: API writes made, ``result``
+      ``ok`` or ``error``;
+    - ``gpu_intent_reconcile_seconds`` (histogram, seconds): one plan-and-apply pass,
+      writes included;
+    - ``gpu_intent_plan_seconds`` (histogram, seconds): the deciding part of a pass;
+    - ``gpu_intent_triggers_created_total{nodepool}``: trigger pods created.
+
+    Status writer (`controller.reports.StatusWriter`) and reconciler:
+
+    - ``gpu_intent_scale_ups_total{result}``: ended scale-ups, ``success``, ``failed``
+      or ``cancelled``, each exported at 0 from the start (`record_scale_up`);
+    - ``gpu_intent_pod_time_to_node_seconds`` (histogram, seconds): a scaled-up pod's
+      creation to its binding.
+
+    NodeClaims informer hook (`NodeClaimPhases`):
+
+    - ``gpu_intent_nodeclaim_provision_seconds{nodepool,phase}`` (histogram, seconds):
+      a NodeClaim bought for triggers, creation to each `NODECLAIM_PHASES` condition.
+
+    Leader elector (`controller.leader.LeaderElector`, or the command without election):
+
+    - ``gpu_intent_leader`` (gauge): 1 while this replica acts, else 0.
+
+    API adapter (`controller.kube.Kube`):
+
+    - ``gpu_intent_api_errors_total{verb,code}``: failed API calls by Kubernetes verb
+      (`controller.kube.KubeError.verb`) and HTTP code (0: no answer).
+
+    Informers (`controller.informer.Informer`):
+
+    - ``gpu_intent_informer_restarts_total{informer,reason}``: relists after the first
+      list (``expired``: 410 Gone, ``throttled``: 429, ``error``: anything else);
+    - ``gpu_intent_informer_events_total{informer,type}``: watch events applied;
+    - ``gpu_intent_informer_synced{informer}`` (gauge): 1 once the first list is in;
+    - ``gpu_intent_informer_backoff_seconds_total{informer}``: seconds waited before
+      relisting.
+
+    The registry also gets prometheus_client's `ProcessCollector` (``process_*``: CPU
+    seconds, resident memory, open file descriptors) and `PlatformCollector`
+    (``python_info``), as the webhook's does. Registering a second `ControllerMetrics`
+    on the same registry raises ValueError (duplicated timeseries).
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        """Create every metric on ``registry``, each scale-up result starting at 0."""
+        self.registry = registry
+        self.pending_pods = Gauge(
+            "gpu_intent_pending_gpu_pods",
+            "Unschedulable pods with a GPU intent, by scale-up phase.",
+            ["phase"],
+            registry=registry,
+        )
+        self.triggers = Gauge("gpu_intent_triggers", "Live trigger pods.", registry=registry)
+        self.demand_gpus = Gauge(
+            "gpu_intent_demand_gpus",
+            "GPUs (possibly fractional) wanted by pods that need a trigger, by NodePool and model.",
+            ["nodepool", "model"],
+            registry=registry,
+        )
+        self.operations = Counter(
+            "gpu_intent_operations_total",
+            "API writes the controller made, by operation and result.",
+            ["operation", "result"],
+            registry=registry,
+        )
+        self.reconcile_seconds = Histogram(
+            "gpu_intent_reconcile_seconds",
+            "Duration of one plan-and-apply pass (its writes included).",
+            buckets=RECONCILE_BUCKETS,
+            registry=registry,
+        )
+        self.plan_seconds = Histogram(
+            "gpu_intent_plan_seconds",
+            "The deciding part of a pass (snapshot and plan, no API call): the controller's "
+            "own CPU per pass, apart from waiting on its writes.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+            registry=registry,
+        )
+        self.time_to_node = Histogram(
+            "gpu_intent_pod_time_to_node_seconds",
+            "From the creation of a pod gpu-intent scaled up for to its binding to a node.",
+            buckets=(5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 900, 1800),
+            registry=registry,
+        )
+        self.leader = Gauge(
+            "gpu_intent_leader",
+            "1 while this replica holds the leader Lease and acts, else 0.",
+            registry=registry,
+        )
+        self.triggers_created = Counter(
+            "gpu_intent_triggers_created_total",
+            "Trigger pods created, by NodePool.",
+            ["nodepool"],
+            registry=registry,
+        )
+        self.scale_ups = Counter(
+            "gpu_intent_scale_ups_total",
+            "Pods whose scale-up ended, by result: success (bound to a node, told Scheduled), "
+            "failed (told Failed), cancelled (deleted before it got a node). Success rate: "
+            'sum(rate(gpu_intent_scale_ups_total{result="success"}[1h])) / '
+            "sum(rate(gpu_intent_scale_ups_total[1h])).",
+            ["result"],
+            registry=registry,
+        )
+        for result in SCALE_UP_RESULTS:
+            self.scale_ups.labels(result)  # exported at 0 from the start: a rate has both sides
+        self.nodeclaim_provision_seconds = Histogram(
+            "gpu_intent_nodeclaim_provision_seconds",
+            "From the creation of a NodeClaim bought for gpu-intent triggers to each of its "
+            "conditions turning True (phase: Launched, Registered, Initialized, Ready), by "
+            "NodePool.",
+            ["nodepool", "phase"],
+            buckets=(1, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 900, 1200, 1800),
+            registry=registry,
+        )
+        self.api_errors = Counter(
+            "gpu_intent_api_errors_total",
+            "API calls that failed, by Kubernetes verb and HTTP code (0: no answer: "
+            "connection refused or lost, timeout).",
+            ["verb", "code"],
+            registry=registry,
+        )
+        self.informer_restarts = Counter(
+            "gpu_intent_informer_restarts_total",
+            "Informer relists after the initial list, by resource and reason (expired: 410 "
+            "Gone; throttled: 429; error: anything else).",
+            ["informer", "reason"],
+            registry=registry,
+        )
+        self.informer_events = Counter(
+            "gpu_intent_informer_events_total",
+            "Watch events applied to the cache, by informer and type.",
+            ["informer", "type"],
+            registry=registry,
+        )
+        self.informer_synced = Gauge(
+            "gpu_intent_informer_synced",
+            "1 once the informer's first list is in the cache, else 0.",
+            ["informer"],
+            registry=registry,
+        )
+        self.informer_backoff_seconds = Counter(
+            "gpu_intent_informer_backoff_seconds_total",
+            "Seconds informers waited before relisting after a failure.",
+            ["informer"],
+            registry=registry,
+        )
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+
+    def record_scale_up(self, phase: str | None) -> None:
+        """Count the end of a pod's scale-up: ``phase`` is the status just written
+        (`scale_up_result`), or None for a pod found deleted before it got a node
+        (cancelled). A phase on the way counts nothing."""
+        result = "cancelled" if phase is None else scale_up_result(phase)
+        if result is not None:
+            self.scale_ups.labels(result).inc()
 
 
 def scale_up_result(phase: str) -> str | None:
-    """The `SCALE_UPS` result a written status phase ends a scale-up with (``Scheduled``:
-    success, ``Failed``: failed), or None for a phase on the way. Pure."""
+    """The ``gpu_intent_scale_ups_total`` result a written status phase ends a scale-up
+    with (``Scheduled``: success, ``Failed``: failed), or None for a phase on the way.
+    Pure."""
     return {"Scheduled": "success", "Failed": "failed"}.get(phase)
 
 
@@ -112,7 +225,8 @@ def _time(text: object) -> datetime | None:
 def provision_durations(nodeclaim: Mapping[str, Any]) -> dict[str, float]:
     """Seconds from a NodeClaim's ``creationTimestamp`` to the ``lastTransitionTime`` of
     each of its `NODECLAIM_PHASES` conditions that is True now (a condition's transition
-    time is when it last changed: when it turned True). Pure."""
+    time is when it last changed: when it turned True), by phase; {} without a readable
+    creation time. Pure; raises nothing."""
     meta = nodeclaim.get("metadata") or {}
     created = _time(meta.get("creationTimestamp"))
     if created is None:
@@ -136,19 +250,20 @@ def bought_for_triggers(nodeclaim: Mapping[str, Any]) -> bool:
 
 
 class NodeClaimPhases:
-    """Observes each phase of each NodeClaim bought for triggers once, into
-    `NODECLAIM_PROVISION_SECONDS`, from the NodeClaims informer (`observe` is its hook).
-    The first list only records what is True already (a previous process observed it);
-    later lists and watch events observe what is new. Memory: the phases seen per live
-    NodeClaim, forgotten when it is deleted."""
+    """Observes each phase of each NodeClaim bought for triggers once, into ``metrics``'
+    ``gpu_intent_nodeclaim_provision_seconds``, from the NodeClaims informer (`observe`
+    is its hook). The first list only records what is True already (a previous process
+    observed it); later lists and watch events observe what is new. Memory: the phases
+    seen per live NodeClaim, forgotten when it is deleted."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: ControllerMetrics) -> None:
+        self._metrics = metrics
         self._seen: dict[str, set[str]] = {}
         self._primed = False
 
     def observe(self, event_type: str, obj: Mapping[str, Any]) -> None:
         """One NodeClaim from a list (``LISTED``; ``SYNCED`` once a list is in) or a
-        watch event."""
+        watch event (``ADDED``, ``MODIFIED``, ``DELETED``). Raises nothing."""
         if event_type == "SYNCED":
             self._primed = True
             return
@@ -165,13 +280,4 @@ class NodeClaimPhases:
             if phase not in seen:
                 seen.add(phase)
                 if self._primed or event_type != "LISTED":
-                    NODECLAIM_PROVISION_SECONDS.labels(pool, phase).observe(seconds)
-
-
-def record_scale_up(phase: str | None) -> None:
-    """Count the end of a pod's scale-up: ``phase`` is the status just written
-    (`scale_up_result`), or None for a pod found deleted before it got a node
-    (cancelled)."""
-    result = "cancelled" if phase is None else scale_up_result(phase)
-    if result is not None:
-        SCALE_UPS.labels(result).inc()
+                    self._metrics.nodeclaim_provision_seconds.labels(pool, phase).observe(seconds)

@@ -22,9 +22,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiolimiter import AsyncLimiter
+from prometheus_client import CollectorRegistry
 
 from controller import kube as kube_api
-from controller import metrics
 from controller.decisions import CreateTrigger, Plan, PlanConfig, SetStatus, without_creates
 from controller.dra_intents import DRA_INFORMERS, DraIntents, dra_served
 from controller.failures import NODECLAIM, Protection, TokenBucket, protections
@@ -32,6 +32,7 @@ from controller.incremental import IncrementalPlanner
 from controller.informer import Informer, InformerSpec
 from controller.kube import Kube, KubeError
 from controller.leader import LeaderElector, LeadershipLost
+from controller.metrics import ControllerMetrics, NodeClaimPhases
 from controller.model import (
     ANNOTATION_NODECLAIM,
     ANNOTATION_PROTECTED,
@@ -128,9 +129,10 @@ class ControllerConfig:
 TRIGGER_SELECTOR = f"{TRIGGER_LABEL}={TRIGGER_LABEL_VALUE},{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 
 
-def informer_specs(namespace: str) -> list[InformerSpec]:
+def informer_specs(namespace: str, metrics: ControllerMetrics) -> list[InformerSpec]:
     """What the controller watches, triggers living in ``namespace`` (the DRA objects
-    are added when followed: `controller.dra_intents.DRA_INFORMERS`)."""
+    are added when followed: `controller.dra_intents.DRA_INFORMERS`); NodeClaims'
+    provisioning phases are observed into ``metrics`` (`NodeClaimPhases`)."""
     return [
         # Pending pods outside the trigger namespace: the triggers have an informer
         # of their own, and seen here too each of their writes (create, mark, link)
@@ -142,7 +144,7 @@ def informer_specs(namespace: str) -> list[InformerSpec]:
             field_selector=f"spec.nodeName=,metadata.namespace!={namespace}",
         ),
         InformerSpec(TRIGGERS, kube_api.PODS, namespace=namespace, label_selector=TRIGGER_SELECTOR),
-        InformerSpec(NODECLAIMS, kube_api.NODECLAIMS, observe=metrics.NodeClaimPhases().observe),
+        InformerSpec(NODECLAIMS, kube_api.NODECLAIMS, observe=NodeClaimPhases(metrics).observe),
         InformerSpec(NODEPOOLS, kube_api.NODEPOOLS),
         InformerSpec(NODES, kube_api.NODES, label_selector=NODEPOOL_LABEL),
         InformerSpec(
@@ -171,6 +173,10 @@ class Controller:
         elector: when given, informers run (and ``ready`` is set) on every replica, but
             passes and writes only while ``elector`` holds the leader Lease; `run` then
             raises `LeadershipLost` when it is lost.
+        metrics: the controller's metrics, handed to its informers and status writer
+            too, and served by `controller.server` (``kube`` and ``elector`` count on
+            theirs: give them the same one). By default a fresh `ControllerMetrics` on
+            a registry of its own.
     """
 
     def __init__(
@@ -181,8 +187,10 @@ class Controller:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
         elector: LeaderElector | None = None,
+        metrics: ControllerMetrics | None = None,
     ) -> None:
         self.kube = kube
+        self.metrics = metrics if metrics is not None else ControllerMetrics(CollectorRegistry())
         self.elector = elector
         self.config = config
         self.now = now
@@ -221,8 +229,15 @@ class Controller:
         self._last_pass = float("-inf")
         self._money_seen: tuple[int, ...] = ()
         self.informers = [
-            Informer(kube, spec, self.state, self._poke, watch_seconds=config.watch_seconds)
-            for spec in informer_specs(config.namespace)
+            Informer(
+                kube,
+                spec,
+                self.state,
+                self._poke,
+                watch_seconds=config.watch_seconds,
+                metrics=self.metrics,
+            )
+            for spec in informer_specs(config.namespace, self.metrics)
         ]
         self.ready = asyncio.Event()
         #: Graceful shutdown (`controller.shutdown`): set when it begins (``/readyz``
@@ -245,6 +260,7 @@ class Controller:
             now=lambda: self.now(),
             instance=os.environ.get("POD_NAME") or socket.gethostname(),
             poke=self._poke,
+            metrics=self.metrics,
         )
 
     async def _follow_dra(self) -> None:
@@ -262,6 +278,7 @@ class Controller:
                     self.state,
                     self._poke,
                     watch_seconds=self.config.watch_seconds,
+                    metrics=self.metrics,
                 )
             )
 
@@ -445,7 +462,7 @@ class Controller:
                 log.warning("reading pod %s/%s after it left the pending set: %s", *key, e)
                 return  # stays in state.left(): read again next pass
             if current is None:
-                metrics.record_scale_up(None)  # deleted before it got a node: cancelled
+                self.metrics.record_scale_up(None)  # deleted before it got a node: cancelled
             self.state.resolve_left(key, current)
 
         await self._each(read, self.state.left())
@@ -468,7 +485,7 @@ class Controller:
         bucket = self._create_rate
         tokens = bucket.available(self._monotonic()) if bucket is not None else None
         done = self.planner.run(self.now(), tokens)
-        metrics.PLAN_SECONDS.observe(time.perf_counter() - started)  # deciding, before writes
+        self.metrics.plan_seconds.observe(time.perf_counter() - started)  # deciding, no writes
         decided = done.plan
         if self.creating and decided.creates:
             # The last pass's creates are still in flight: this pass deletes, marks,
@@ -492,7 +509,7 @@ class Controller:
             self._protector = asyncio.create_task(self._protect(), name="protect")
         if self.state.left() and (self._reader is None or self._reader.done()):
             self._reader = asyncio.create_task(self.read_left(), name="read-left")
-        metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
+        self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
         self._observe(done.phases, decided)
         return decided
 
@@ -508,13 +525,14 @@ class Controller:
             self._poke()
 
     def _observe(self, phases: Mapping[str, int], decided: Plan) -> None:
-        metrics.PENDING_PODS.clear()
+        metrics = self.metrics
+        metrics.pending_pods.clear()
         for phase, count in phases.items():
-            metrics.PENDING_PODS.labels(phase).set(count)
-        metrics.TRIGGERS.set(self.state.count(TRIGGERS))
-        metrics.DEMAND_GPUS.clear()
+            metrics.pending_pods.labels(phase).set(count)
+        metrics.triggers.set(self.state.count(TRIGGERS))
+        metrics.demand_gpus.clear()
         for key, gpus in decided.demand.items():
-            metrics.DEMAND_GPUS.labels(key.pool, key.model or "any").set(float(gpus))
+            metrics.demand_gpus.labels(key.pool, key.model or "any").set(float(gpus))
 
     async def _write(self, operation: str, coro: Any, *, report: bool = False) -> Any:
         """Send one write through its pool of slots (``report``: statuses and Events,
@@ -527,12 +545,12 @@ class Controller:
                 try:
                     result = await coro
                 except KubeError:
-                    metrics.OPERATIONS.labels(operation, "error").inc()
+                    self.metrics.operations.labels(operation, "error").inc()
                     raise
         finally:
             if inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
                 coro.close()  # cancelled while waiting for a slot: never sent
-        metrics.OPERATIONS.labels(operation, "ok").inc()
+        self.metrics.operations.labels(operation, "ok").inc()
         return result
 
     async def apply(self, decided: Plan) -> None:
@@ -741,7 +759,7 @@ class Controller:
             log.warning("creating trigger for %s: %s", ", ".join(map(str, serves)), e)
             return
         self.state.expect(TRIGGERS, obj)
-        metrics.TRIGGERS_CREATED.labels(pool).inc()
+        self.metrics.triggers_created.labels(pool).inc()
         name = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
         log.info(
             "created trigger %s: %d GPU on NodePool %s for %s",

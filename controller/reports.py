@@ -16,12 +16,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from controller import metrics
+from prometheus_client import CollectorRegistry
+
 from controller.decisions import Event, SetStatus
 from controller.kube import Kube, KubeError
-from controller.model import ANNOTATION_RETRY, SCHEDULED, PodRef
+from controller.metrics import ControllerMetrics
+from controller.model import ANNOTATION_RETRY, PodRef
 from controller.state import PENDING_PODS, ClusterState
-from intent.contract import ANNOTATION_SCALE_UP
+from intent.contract import ANNOTATION_SCALE_UP, Phase
 from intent.logs import about
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,9 @@ class StatusWriter:
         now: wall clock for the Events.
         instance: the Events' ``reportingInstance`` (this replica).
         poke: plan again (written statuses may settle decisions).
+        metrics: where ended scale-ups (``gpu_intent_scale_ups_total``) and times to a
+            node (``gpu_intent_pod_time_to_node_seconds``) are counted: the
+            controller's; by default a fresh `ControllerMetrics` of its own.
     """
 
     def __init__(
@@ -86,8 +91,10 @@ class StatusWriter:
         now: Callable[[], datetime],
         instance: str,
         poke: Callable[[], None],
+        metrics: ControllerMetrics | None = None,
     ) -> None:
         self._kube = kube
+        self._metrics = metrics if metrics is not None else ControllerMetrics(CollectorRegistry())
         self._state = state
         self._write = write
         self._each = each
@@ -145,11 +152,11 @@ class StatusWriter:
             return False
         if change.retry is not None:
             self._state.release_retry((ref.namespace, ref.name), change.retry)
-        metrics.record_scale_up(change.status.phase)
-        if change.status.phase == SCHEDULED:
+        self._metrics.record_scale_up(change.status.phase)
+        if change.status.phase == Phase.SCHEDULED:
             self._state.forget_scheduled((ref.namespace, ref.name))
             if change.seconds_to_node is not None:
-                metrics.TIME_TO_NODE.observe(max(0.0, change.seconds_to_node))
+                self._metrics.time_to_node.observe(max(0.0, change.seconds_to_node))
         elif not (obj.get("spec") or {}).get("nodeName"):
             self._state.expect(PENDING_PODS, obj)
         log.info(

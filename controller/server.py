@@ -7,7 +7,6 @@ import logging
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from controller.metrics import REGISTRY
 from controller.reconciler import Controller
 
 log = logging.getLogger(__name__)
@@ -33,12 +32,15 @@ async def _readyz(request: web.Request) -> web.Response:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    body = generate_latest(REGISTRY)
+    """The controller's registry (`controller.metrics.ControllerMetrics`) in the
+    Prometheus text format."""
+    body = generate_latest(request.app[CONTROLLER].metrics.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 def make_app(controller: Controller) -> web.Application:
-    """Routes ``GET /healthz``, ``/readyz`` and ``/metrics`` for ``controller``."""
+    """Routes ``GET /healthz``, ``/readyz`` and ``/metrics`` for ``controller`` (its
+    ``metrics.registry`` is what ``/metrics`` serves)."""
     app = web.Application()
     app[CONTROLLER] = controller
     app.router.add_get("/healthz", _healthz)

@@ -82,7 +82,9 @@ class Env:
             max_delay_seconds=0.2,
             resync_seconds=0.5,
         )
-        return Controller(self.kube, config)
+        # The controller counts on the registry its API adapter counts API errors on, as
+        # the command wires them (one registry per controller).
+        return Controller(self.kube, config, metrics=self.kube.metrics)
 
 
 class NodeClaimCount:

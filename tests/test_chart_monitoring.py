@@ -13,8 +13,7 @@ import pytest
 from chart_support import CHART, one, render
 from prometheus_client import CollectorRegistry
 
-import controller.informer  # noqa: F401  (registers the informer metrics)
-from controller import metrics
+from controller.metrics import ControllerMetrics
 from controller.model import TRIGGERED
 from controller.state import TRACKED_PHASES
 from webhook.review import Outcome
@@ -35,10 +34,12 @@ def exported() -> set[str]:
     (prometheus_client's exposition), whether or not a labelled child exists yet."""
     webhook = CollectorRegistry()
     WebhookMetrics(webhook)
+    controller = CollectorRegistry()
+    ControllerMetrics(controller)
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
     return {
         family.name + suffix
-        for registry in (metrics.REGISTRY, webhook)
+        for registry in (controller, webhook)
         for family in registry.collect()
         for suffix in suffixes[family.type]
     }

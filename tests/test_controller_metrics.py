@@ -43,6 +43,7 @@ async def test_every_required_metric_is_exported_after_a_run(env: Env) -> None:
             namespace=TRIGGERS_NS, identity="metrics-test", lease_seconds=3,
             renew_deadline_seconds=2, retry_seconds=0.5,
         ),
+        metrics=controller.metrics,
     )  # fmt: skip
     runner = await metrics_server.start(controller, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
@@ -77,7 +78,7 @@ async def test_every_required_metric_is_exported_after_a_run(env: Env) -> None:
             families = await scrape(url)
             done = value(families, "gpu_intent_scale_ups_total", result="success") - value(
                 before, "gpu_intent_scale_ups_total", result="success"
-            )  # the registry is the process's: earlier tests may have counted some
+            )
             return families if scheduled and done == scheduled else None
 
         after = await eventually(told_scheduled, 30)

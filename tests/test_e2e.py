@@ -11,7 +11,6 @@ from typing import Any
 
 from e2e_support import TRIGGERS_NS, Env, NodeClaimCount, eventually
 
-from controller import informer as informer_module
 from controller.model import ScaleUpStatus
 from gpu_intent.demo import apply, default_examples, load_manifests
 from intent.contract import Intent
@@ -213,8 +212,14 @@ async def test_informer_relists_after_410_and_sees_later_changes(env: Env) -> No
     controller = env.controller()
     for informer in controller.informers:
         informer.watch_seconds = 1  # the server ends each watch after 1 s
-    expired = informer_module.RESTARTS.labels("pending-pods", "expired")
-    before = expired._value.get()
+
+    def expired() -> float:
+        value = controller.metrics.registry.get_sample_value(
+            "gpu_intent_informer_restarts_total", {"informer": "pending-pods", "reason": "expired"}
+        )
+        return value or 0.0
+
+    before = expired()
     task = asyncio.create_task(controller.run())
     try:
         await asyncio.wait_for(controller.ready.wait(), 5)
@@ -225,13 +230,13 @@ async def test_informer_relists_after_410_and_sees_later_changes(env: Env) -> No
             env.api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "unrelated"}}
         )
         env.cluster.store.compact()
-        await eventually(lambda: asyncio.sleep(0, expired._value.get() > before), 5)
+        await eventually(lambda: asyncio.sleep(0, expired() > before), 5)
         await create_workloads(env)
 
         async def relisted_and_caught_up() -> bool:
             pending = controller.state.objects("pending-pods")
             return (
-                expired._value.get() > before
+                expired() > before
                 and len([p for p in pending if p["metadata"]["namespace"] == "ml"]) == 5
             )
 

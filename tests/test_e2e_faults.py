@@ -8,15 +8,16 @@ import asyncio
 
 from e2e_support import EXAMPLE_PODS, TRIGGERS_NS, Env, eventually
 
-from controller import informer as informer_module
+from controller.reconciler import Controller
 from gpu_intent.demo import apply, default_examples, load_manifests
 
 
-def restarts(reason: str) -> float:
-    """Informer relists for ``reason`` (``expired``, ``error``), all informers."""
+def restarts(controller: Controller, reason: str) -> float:
+    """``controller``'s informer relists for ``reason`` (``expired``, ``error``), all
+    informers."""
     return sum(
         sample.value
-        for metric in informer_module.RESTARTS.collect()
+        for metric in controller.metrics.informer_restarts.collect()
         for sample in metric.samples
         if sample.name.endswith("_total") and sample.labels.get("reason") == reason
     )
@@ -33,7 +34,7 @@ async def test_every_pod_binds_through_api_faults(env: Env) -> None:
             return faults.open_watches("pods") >= 2  # its watch opens just after
 
         await eventually(pod_watches_open, 10)
-        expired, errors = restarts("expired"), restarts("error")
+        expired, errors = restarts(controller, "expired"), restarts(controller, "error")
         faults.add("latency", delay=0.02)
         gone = faults.add("gone", verb="watch", resource="pods", count=2)
         failed = faults.add("error", verb="list", resource="pods", count=1)
@@ -60,7 +61,10 @@ async def test_every_pod_binds_through_api_faults(env: Env) -> None:
         assert (gone.hits, failed.hits, throttled.hits, conflicted.hits) == (2, 1, 1, 3)
         # Both 410s end pod watches; of the 500 and the 429 on listing pods, one may meet
         # the controller's one-off list of bound pods instead of an informer's relist.
-        assert restarts("expired") >= expired + 2 and restarts("error") >= errors + 1
+        assert (
+            restarts(controller, "expired") >= expired + 2
+            and restarts(controller, "error") >= errors + 1
+        )
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

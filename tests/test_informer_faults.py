@@ -15,7 +15,6 @@ from kubernetes_asyncio import client
 
 from controller.informer import Informer, InformerSpec, retry_delay
 from controller.kube import PODS, Kube, KubeError, load_configuration
-from controller.metrics import REGISTRY
 from controller.state import PENDING_PODS, ClusterState
 from sim.faults import Faults
 from sim.server import ApiServer
@@ -48,6 +47,13 @@ class Rig:
             max_backoff=MAX_BACKOFF,
             sleep=self._sleep,
         )
+
+    def restarts(self, reason: str) -> float:
+        """The informer's relists for ``reason``, from the registry it counts on."""
+        value = self.informer.metrics.registry.get_sample_value(
+            "gpu_intent_informer_restarts_total", {"informer": PENDING_PODS, "reason": reason}
+        )
+        return value or 0.0
 
     async def _sleep(self, seconds: float) -> None:
         self.waits.append(seconds)
@@ -86,22 +92,15 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
             await kube.close()
 
 
-def restarts(reason: str) -> float:
-    value = REGISTRY.get_sample_value(
-        "gpu_intent_informer_restarts_total", {"informer": PENDING_PODS, "reason": reason}
-    )
-    return value or 0.0
-
-
 async def test_recovers_from_429_honouring_retry_after(rig: Rig) -> None:
     await rig.watching()
     throttled = rig.faults.add("throttle", resource="pods", count=3, retry_after=1.5)
-    before = restarts("throttled")
+    before = rig.restarts("throttled")
     rig.faults.drop_watches("pods")
     rig.store.create(SIM_PODS, pod("after-429"))
     await rig.sees("after-429")
     assert throttled.hits == 3
-    assert restarts("throttled") == before + 3
+    assert rig.restarts("throttled") == before + 3
     assert len(rig.waits) == 3 and all(1.5 <= w <= MAX_BACKOFF for w in rig.waits), rig.waits
 
 
@@ -129,23 +128,23 @@ async def test_recovers_from_500s_with_bounded_jittered_backoff(rig: Rig) -> Non
 
 
 async def test_a_dropped_watch_is_resumed_without_a_relist(rig: Rig) -> None:
-    before = restarts("error") + restarts("expired")
+    before = rig.restarts("error") + rig.restarts("expired")
     for i in range(3):
         await rig.watching()
         assert rig.faults.drop_watches("pods") == 1
         rig.store.create(SIM_PODS, pod(f"after-drop-{i}"))
         await rig.sees(f"after-drop-{i}")
-    assert restarts("error") + restarts("expired") == before and rig.waits == []
+    assert rig.restarts("error") + rig.restarts("expired") == before and rig.waits == []
 
 
 async def test_410_relists_at_once(rig: Rig) -> None:
     await rig.watching()
     gone = rig.faults.add("gone", verb="watch", resource="pods", count=1)
-    before = restarts("expired")
+    before = rig.restarts("expired")
     rig.faults.drop_watches("pods")
     rig.store.create(SIM_PODS, pod("after-410"))
     await rig.sees("after-410")
-    assert gone.hits == 1 and restarts("expired") == before + 1
+    assert gone.hits == 1 and rig.restarts("expired") == before + 1
     assert rig.waits == [0.0]
 
 

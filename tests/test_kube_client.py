@@ -98,6 +98,16 @@ async def test_writes_carry_the_clients_credentials_and_fail_as_kube_errors(
             with pytest.raises(KubeError) as missing:
                 await kube.annotate_pod("default", "nobody", {"a": "b"})
             assert missing.value.not_found
+            # The verb is a field set where the error is raised, the message unchanged,
+            # and the adapter (not the exception) counts each error once on its metrics.
+            assert (exists.value.verb, missing.value.verb) == ("create", "patch")
+            assert str(exists.value).startswith("creating pod default/p: 409 AlreadyExists: ")
+            errors = "gpu_intent_api_errors_total"
+            registry = kube.metrics.registry
+            assert registry.get_sample_value(errors, {"verb": "create", "code": "409"}) == 1
+            assert registry.get_sample_value(errors, {"verb": "patch", "code": "404"}) == 1
+            KubeError("creating pod default/q", 500, "InternalError", "", verb="create")
+            assert registry.get_sample_value(errors, {"verb": "create", "code": "500"}) is None
         finally:
             await kube.close()
         cfg.api_key = {"BearerToken": "Bearer wrong"}
@@ -106,6 +116,6 @@ async def test_writes_carry_the_clients_credentials_and_fail_as_kube_errors(
         try:
             with pytest.raises(KubeError) as refused:
                 await intruder.create_event("default", {"metadata": {"name": "e"}})
-            assert refused.value.status == 401
+            assert (refused.value.status, refused.value.verb) == (401, "create")
         finally:
             await intruder.close()

@@ -16,7 +16,6 @@ from conftest import make_env
 from e2e_support import EXAMPLE_PODS, TRIGGERS_NS, Env, NodeClaimCount, TriggerCount, eventually
 from kubernetes_asyncio import client
 
-from controller import metrics
 from controller.kube import Kube, KubeError, load_configuration
 from controller.leader import (
     JITTER_FACTOR,
@@ -182,7 +181,8 @@ async def test_of_racing_candidates_exactly_one_leads_and_a_loser_stops_at_once(
         leader = started[0]
         assert (a if leader == "a" else b).leading.is_set()
         assert not (b if leader == "a" else a).leading.is_set()
-        assert metrics.LEADER._value.get() == 1  # type: ignore[attr-defined]
+        holder = a if leader == "a" else b
+        assert holder.metrics.registry.get_sample_value("gpu_intent_leader") == 1
         # Someone else takes the Lease (an operator, a partition healed late): the
         # leader sees it on its next renewal and stops at once.
         while True:  # read-modify-write, again on 409 (the leader renews meanwhile)
@@ -196,7 +196,7 @@ async def test_of_racing_candidates_exactly_one_leads_and_a_loser_stops_at_once(
                 assert e.conflict
         with pytest.raises(LeadershipLost):
             await asyncio.wait_for(tasks[leader], 2)
-        assert metrics.LEADER._value.get() == 0  # type: ignore[attr-defined]
+        assert holder.metrics.registry.get_sample_value("gpu_intent_leader") == 0
         for task in tasks.values():
             task.cancel()
         await asyncio.gather(*tasks.values(), return_exceptions=True)

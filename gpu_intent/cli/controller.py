@@ -329,22 +329,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> None:
-    from controller import metrics
+    from prometheus_client import CollectorRegistry
+
     from controller.kube import Kube
     from controller.leader import LeaderElector
+    from controller.metrics import ControllerMetrics
     from controller.reconciler import Controller
     from controller.server import start
     from controller.shutdown import run_until_stopped
 
     config = controller_config(args)
     elector_config = leader_election_config(args, config)
-    kube = Kube(await connect(args.kubeconfig, args.context))
+    # One registry per controller: the API adapter, the elector and the controller
+    # (its informers, its status writer) count on it, and /metrics serves it.
+    metrics = ControllerMetrics(CollectorRegistry())
+    kube = Kube(await connect(args.kubeconfig, args.context), metrics)
     tune_gc(freeze=True)  # what is loaded now lives as long as the process
     try:
-        elector = LeaderElector(kube, elector_config) if elector_config else None
+        elector = LeaderElector(kube, elector_config, metrics=metrics) if elector_config else None
         if elector is None:
-            metrics.LEADER.set(1)  # a single replica without election always acts
-        controller = Controller(kube, config, elector=elector)
+            metrics.leader.set(1)  # a single replica without election always acts
+        controller = Controller(kube, config, elector=elector, metrics=metrics)
         host, port = args.metrics_address
         try:
             runner = await start(controller, host, port)
