@@ -318,19 +318,26 @@ def make_annotation_patch(
     return AnnotationPatch(ops)
 
 
+#: Annotation maps up to this many entries are summed in C at once; a larger one is
+#: walked only until its sum passes `MAX_ANNOTATIONS_BYTES`.
+_SUMMED_IN_C: Final = 4096
+
+
 def _annotations_bytes(*maps: Mapping[str, Any]) -> int:
     """Bytes of the annotation ``maps`` as kube-apiserver counts them against
     `MAX_ANNOTATIONS_BYTES`, ``len(key) + len(value)`` summed over all (a key in two maps
     counts twice: an upper bound). A value that is not a string counts nothing (such a pod
-    fails validation whatever the webhook does); then the sum stops once past the limit."""
+    fails validation whatever the webhook does). A map of more than `_SUMMED_IN_C`
+    entries, or with such a value, is summed only until the sum passes the limit."""
     total = 0
     for entries in maps:
-        try:  # the common case, summed in C
-            total += sum(map(len, entries)) + sum(map(len, entries.values()))
-            continue
-        except TypeError:  # a value that is not a string (nor has a length)
-            pass
-        for key, value in entries.items():
+        if len(entries) <= _SUMMED_IN_C:
+            try:  # the common case, summed in C
+                total += sum(map(len, entries)) + sum(map(len, entries.values()))
+                continue
+            except TypeError:  # a value that is not a string (nor has a length)
+                pass
+        for key, value in entries.items():  # huge, or odd: stop once past the limit
             total += len(key) + (len(value) if isinstance(value, str) else 0)
             if total > MAX_ANNOTATIONS_BYTES:
                 return total
