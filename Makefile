@@ -1,7 +1,8 @@
 # Two commands do all the set-up on a fresh machine (python3 >= 3.11 on PATH):
 #   make demo   - create .venv, install gpu-intent, run the demo on the embedded simulated cluster
 #   make test   - create .venv, install gpu-intent with dev tools (and helm/kubectl, see
-#                 tools/install_helm.py), run ruff, mypy and the test suite
+#                 tools/install_helm.py), run ruff, mypy, lint-imports (the layers in pyproject.toml)
+#                 and the test suite
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
