@@ -99,7 +99,7 @@ def test_hami_takes_the_larger_of_cores_and_memory_percentage() -> None:
 def test_hami_sums_vgpus_per_container() -> None:
     a = container(limits={"nvidia.com/gpu": "1", "nvidia.com/gpucores": "30"})
     b = container(limits={"nvidia.com/gpu": "2", "nvidia.com/gpucores": "25"})
-    # 0.3 + 2 whole GPUs (b's two vGPUs sit on two distinct GPUs), no longer 0.3 + 2 x 0.25
+    # 0.3 + 2 whole GPUs (b's two vGPUs sit on two distinct GPUs), not 0.3 + 2 x 0.25
     assert intent_of(pod(a, b)).gpus == Decimal("2.3")
 
 
@@ -201,7 +201,7 @@ def test_kai_fraction() -> None:
 
 def test_kai_fraction_on_several_devices_is_whole_gpus() -> None:
     p = pod(annotations={"gpu-fraction": "0.25", "gpu-fraction-num-devices": "4"})
-    assert intent_of(p).gpus == 4  # 4 distinct devices, no longer 4 x 0.25 = 1
+    assert intent_of(p).gpus == 4  # 4 distinct devices, not 4 x 0.25 = 1
 
 
 def test_kai_half_on_two_devices_is_two_gpus() -> None:
@@ -275,7 +275,7 @@ def test_tensor_fusion_count_with_compute_percent_is_whole_gpus() -> None:
         "tensor-fusion.ai/gpu-pool": "pool-b",
     }
     result = intent_of(pod(annotations=annotations))
-    assert result.gpus == 2  # 2 distinct GPUs, no longer 2 x 0.25 = 0.5
+    assert result.gpus == 2  # 2 distinct GPUs, not 2 x 0.25 = 0.5
     assert result.pool == "pool-b"
     assert result.source == (
         "tensor-fusion:tensor-fusion.ai/gpu-count",
