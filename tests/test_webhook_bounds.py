@@ -9,6 +9,7 @@ intent written, whatever the user had set under ``gpu-intent.io/``.
 
 from __future__ import annotations
 
+import gc
 import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,6 +23,7 @@ from intent.dra import MAX_POD_CLAIMS
 from intent.gpu_model import MAX_EXPRESSIONS, MAX_LIST_ENTRIES, MAX_NAME_LENGTH
 from intent.inference import Budget, DeadlineExceeded, infer
 from intent.text import show
+from webhook import review as review_module
 from webhook.review import MAX_ANNOTATIONS_BYTES, MAX_WARNINGS, admit
 
 
@@ -143,6 +145,33 @@ def test_a_review_past_its_budget_allows_the_pod_unchanged_with_a_warning() -> N
     assert warning.startswith("gpu-intent: pod not annotated: inference took over its budget (60 ms")
     # the same pod on a clock that barely moves is patched
     assert admit(make_review(pod), budget=0.05, clock=ticking(0.001)).outcome == "patched"
+
+
+def test_no_garbage_collection_runs_during_a_review_and_its_state_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A collection of a large heap (tens of ms) inside a review would be charged to its
+    CPU budget and admit a GPU pod without an intent: the collector is off while the pod
+    is reviewed, and as it was afterwards (on, or off when the caller had it off)."""
+    seen: list[bool] = []
+    real_infer = review_module.infer
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        return real_infer(*args, **kwargs)
+
+    monkeypatch.setattr(review_module, "infer", recording)
+    pod = pod_with({"nvidia.com/gpumem": "1000"})
+    assert gc.isenabled()
+    assert admit(make_review(pod)).outcome == "patched"
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert admit(make_review(pod)).outcome == "patched"
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    assert seen == [False, False]
 
 
 def test_the_budget_is_checked_between_the_steps_of_inference() -> None:
