@@ -70,12 +70,12 @@ from kubernetes_asyncio import client
 
 from certs import write_tls_files
 from controller.decisions import PlanConfig
-from controller.kube import Kube, load_configuration
 from controller.reconciler import Controller, ControllerConfig
 from controller.triggers import TriggerSettings
 from gpu_intent.demo import apply, default_examples, load_manifests, webhook_configuration
 from intent.contract import Intent
 from intent.inference import infer_intent
+from intent.kube import Kube, load_configuration
 from intent.quantity import parse_quantity
 from sim import store as sim_store
 from sim.catalog import by_name, format_quantity

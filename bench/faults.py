@@ -69,10 +69,10 @@ from bench.cost import (
     tensor_fusion,
 )
 from controller.decisions import PlanConfig
-from controller.kube import load_configuration, retry_after_seconds
 from controller.reconciler import ControllerConfig
 from controller.triggers import TriggerSettings
 from gpu_intent.demo import apply
+from intent.kube import load_configuration, retry_after_seconds
 from sim import store as sim_store
 from sim.catalog import CATALOG
 from sim.cluster import SimCluster

@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import base64
 import datetime
-import json
 from dataclasses import dataclass
 from typing import Any, Final
 
-import aiohttp
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from certs.rotation import CA_KEY_FILE, CertSettings, Renewal, parse_secret, renew
 from certs.tls import CA_CERT_FILE, CERT_FILE, KEY_FILE
+from intent.kube import JSON_PATCH, Kube, KubeError, object_path
+from intent.retry import retrying
 
 __all__ = ["ATTEMPTS", "CertsError", "Outcome", "reconcile_secret"]
 
@@ -38,6 +37,7 @@ ATTEMPTS: Final = 5
 _KEYS: Final = (CA_CERT_FILE, CA_KEY_FILE, CERT_FILE, KEY_FILE)
 
 Obj = dict[str, Any]
+ADMISSION: Final = "admissionregistration.k8s.io/v1"
 
 
 class CertsError(Exception):
@@ -86,30 +86,19 @@ class Outcome:
         return f"{'; '.join(done)} ({state})"
 
 
-def _error(doing: str, e: ApiException | aiohttp.ClientError | OSError) -> CertsError:
-    if isinstance(e, ApiException):
-        try:
-            body = e.body.decode(errors="replace") if isinstance(e.body, bytes) else e.body
-            message = json.loads(body or "{}").get("message") or e.reason
-        except (ValueError, AttributeError):
-            message = e.reason
-        return CertsError(f"{doing}: {e.status} {message}")
-    return CertsError(f"{doing}: {type(e).__name__}: {e}")
+def _error(doing: str, e: KubeError) -> CertsError:
+    if e.status == 0:  # no answer: the client exception's class and text
+        return CertsError(f"{doing}: {e.reason}: {e.detail}")
+    return CertsError(f"{doing}: {e.status} {e.detail or e.reason}")
 
 
-async def _json(response: aiohttp.ClientResponse) -> Obj:
-    """The JSON object of a response read with ``_preload_content=False`` (which does not
-    raise on HTTP errors); raises `ApiException` for a status >= 400."""
-    try:
-        raw = await response.read()
-    finally:
-        response.release()
-    if response.status >= 400:
-        error = ApiException(status=response.status, reason=response.reason)
-        error.body = raw
-        raise error
-    body: Obj = json.loads(raw)
-    return body
+async def _read(kube: Kube, path: str, doing: str) -> Obj | None:
+    """The object at ``path`` or None (404), a failure that may pass (no answer, 429,
+    5xx) tried again by the adapter's policy (`intent.retry.retrying`)."""
+    async for attempt in retrying():
+        with attempt:
+            return await kube.get(path, doing)
+    raise AssertionError("unreachable: retrying raises or returns")
 
 
 def _patch_ops(configuration: Obj, bundle_b64: str) -> list[Obj]:
@@ -125,7 +114,7 @@ def _patch_ops(configuration: Obj, bundle_b64: str) -> list[Obj]:
 
 
 async def reconcile_secret(
-    api: client.ApiClient,
+    api: Kube | client.ApiClient,
     *,
     secret: str,
     configuration: str,
@@ -135,70 +124,65 @@ async def reconcile_secret(
     """Bring Secret ``settings.namespace/secret`` and the caBundles of
     MutatingWebhookConfiguration ``configuration`` to what `renew` decides at ``now``
     (default: the real clock). Keys of the Secret other than ``ca.crt``, ``ca.key``,
-    ``tls.crt``, ``tls.key`` are kept.
+    ``tls.crt``, ``tls.key`` are kept. ``api``: the API adapter (an ``ApiClient`` is
+    used through one, `intent.kube.Kube`; the caller closes it). Reads that fail
+    retryably (no answer, 429, 5xx) are tried again (`intent.retry.retrying`).
 
     Raises:
         CertsError: the configuration does not exist, an API call failed, or writers kept
             conflicting for `ATTEMPTS` rounds.
     """
-    # Any: the generated stubs know models, not the raw responses _preload_content=False gives
-    core: Any = client.CoreV1Api(api)
-    admission: Any = client.AdmissionregistrationV1Api(api)
+    kube = api if isinstance(api, Kube) else Kube(api)
     ns = settings.namespace
+    mwc_path = object_path(ADMISSION, "mutatingwebhookconfigurations", configuration)
+    secret_path = object_path("v1", "secrets", secret, ns)
     for attempt in range(1, ATTEMPTS + 1):
+        doing = f"reading MutatingWebhookConfiguration {configuration}"
         try:
-            mwc = await _json(
-                await admission.read_mutating_webhook_configuration(
-                    configuration, _preload_content=False
-                )
+            mwc = await _read(kube, mwc_path, doing)
+        except KubeError as e:
+            raise _error(doing, e) from e
+        if mwc is None:
+            raise CertsError(
+                f"MutatingWebhookConfiguration {configuration} not found "
+                "(run gpu-intent certs after it is created, e.g. as a post-install hook)"
             )
-        except ApiException as e:
-            if e.status == 404:
-                raise CertsError(
-                    f"MutatingWebhookConfiguration {configuration} not found "
-                    "(run gpu-intent certs after it is created, e.g. as a post-install hook)"
-                ) from None
-            raise _error(f"reading MutatingWebhookConfiguration {configuration}", e) from e
-        except (aiohttp.ClientError, OSError) as e:
-            raise _error(f"reading MutatingWebhookConfiguration {configuration}", e) from e
+        doing = f"reading Secret {ns}/{secret}"
         try:
-            current: Obj | None = await _json(
-                await core.read_namespaced_secret(secret, ns, _preload_content=False)
-            )
-        except ApiException as e:
-            if e.status != 404:
-                raise _error(f"reading Secret {ns}/{secret}", e) from e
-            current = None
-        except (aiohttp.ClientError, OSError) as e:
-            raise _error(f"reading Secret {ns}/{secret}", e) from e
+            current = await _read(kube, secret_path, doing)
+        except KubeError as e:
+            raise _error(doing, e) from e
         data = dict((current or {}).get("data") or {})
         renewal = renew(parse_secret(data), settings, now or datetime.datetime.now(datetime.UTC))
         bundle_b64 = base64.b64encode(renewal.bundle).decode()
         wanted = renewal.material.secret_data()
         secret_changes = any(data.get(k) != wanted[k] for k in _KEYS)
         patched = 0
+        doing = f"writing Secret {ns}/{secret} or {configuration}"
         try:
             if renewal.bundle_grows and (ops := _patch_ops(mwc, bundle_b64)):
-                await admission.patch_mutating_webhook_configuration(configuration, ops)
+                await kube.patch(mwc_path, ops, doing, JSON_PATCH)
                 patched = len(ops) // 2
             written = None
             if current is None:
-                await core.create_namespaced_secret(ns, _secret_body(secret, ns, wanted))
+                await kube.create(
+                    object_path("v1", "secrets", namespace=ns),
+                    _secret_body(secret, ns, wanted),
+                    doing,
+                )
                 written = "created"
             elif secret_changes:
                 body = dict(current)
                 body["data"] = {**data, **wanted}
-                await core.replace_namespaced_secret(secret, ns, body)
+                await kube.replace(secret_path, body, doing)
                 written = "updated"
             if not renewal.bundle_grows and (ops := _patch_ops(mwc, bundle_b64)):
-                await admission.patch_mutating_webhook_configuration(configuration, ops)
+                await kube.patch(mwc_path, ops, doing, JSON_PATCH)
                 patched = len(ops) // 2
-        except ApiException as e:
+        except KubeError as e:
             if e.status in (409, 422) and attempt < ATTEMPTS:
                 continue  # another writer changed the Secret or the configuration
-            raise _error(f"writing Secret {ns}/{secret} or {configuration}", e) from e
-        except (aiohttp.ClientError, OSError) as e:
-            raise _error(f"writing Secret {ns}/{secret} or {configuration}", e) from e
+            raise _error(doing, e) from e
         return Outcome(renewal, written, patched, attempt)
     raise CertsError(f"Secret {ns}/{secret}: gave up after {ATTEMPTS} conflicting writes")
 

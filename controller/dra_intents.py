@@ -6,15 +6,14 @@ written is served like any other from the next pass on.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from controller import kube as kube_api
+from tenacity import RetryCallState
+
 from controller.dra import DraIntent, intents_to_record
 from controller.informer import InformerSpec
-from controller.kube import Kube, KubeError
 from controller.state import (
     NAMESPACES,
     NODEPOOLS,
@@ -23,8 +22,11 @@ from controller.state import (
     RESOURCESLICES,
     ClusterState,
 )
+from intent import kube as kube_api
 from intent.contract import ANNOTATION_SOURCE
+from intent.kube import Kube, KubeError
 from intent.logs import about
+from intent.retry import retrying
 
 log = logging.getLogger(__name__)
 
@@ -35,20 +37,26 @@ DRA_INFORMERS = (
 )
 
 
+def _log_retry(state: RetryCallState) -> None:
+    error = state.outcome.exception() if state.outcome is not None else None
+    log.warning(
+        "discovering resource.k8s.io/v1: %s; retrying in %.2fs", error, state.upcoming_sleep
+    )
+
+
 async def dra_served(kube: Kube, mode: str) -> bool:
     """Whether to follow DRA ResourceClaims and ResourceSlices: ``mode`` ``on`` always,
     ``off`` never, ``auto`` when the API server serves ``resource.k8s.io/v1``
-    (Kubernetes 1.34+; a failed discovery is retried)."""
+    (Kubernetes 1.34+). A discovery that fails retryably (no answer, 429, 5xx) is
+    retried until it works (`intent.retry.retrying`); any other `KubeError` (403...) is
+    raised."""
     if mode == "off":
         return False
     if mode == "auto":
-        while True:
-            try:
+        served = False
+        async for attempt in retrying(attempts=None, before_sleep=_log_retry):
+            with attempt:
                 served = await kube.serves(kube_api.RESOURCESLICES)
-                break
-            except KubeError as e:
-                log.warning("discovering resource.k8s.io/v1: %s; retrying", e)
-                await asyncio.sleep(1.0)
         if not served:
             log.info("resource.k8s.io/v1 is not served: DRA pods are not followed")
             return False

@@ -25,11 +25,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_random_exponential
+from tenacity import RetryCallState, wait_random_exponential
 
-from controller.kube import Kube, KubeError, Obj, Resource
 from controller.metrics import ControllerMetrics
 from controller.state import ClusterState
+from intent.kube import Kube, KubeError, Obj, Resource
+from intent.retry import retrying
 
 log = logging.getLogger(__name__)
 
@@ -124,14 +125,16 @@ class Informer:
 
     async def run(self) -> None:
         """Run until cancelled: list, watch, and on failure relist (see the module)."""
-        retrying = AsyncRetrying(
-            retry=retry_if_exception_type(KubeError),
+        # The adapter's retry policy (`intent.retry.retrying`), with the reflector's rules:
+        # every `KubeError` relists (a 410 at once), for as long as the informer runs.
+        relisting = retrying(
+            attempts=None,
+            retry=lambda e: isinstance(e, KubeError),
             wait=self._wait,
             sleep=self._sleep,
             before_sleep=self._before_sleep,
-            reraise=True,
         )
-        async for attempt in retrying:
+        async for attempt in relisting:
             with attempt:
                 rv = await self._list()
                 attempt.retry_state.attempt_number = 1  # a list that works restarts the backoff

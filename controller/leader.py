@@ -22,7 +22,7 @@ is ready (``/readyz``) and takes over with a warm cache. The algorithm is client
 kubernetes_asyncio ships a port (``kubernetes_asyncio.leaderelection``), but it refuses
 periods under 1 s (tests need shorter ones), keeps running the leader's task when that
 task fails, and compares wall-clock times; this module is a small adapter over
-`controller.kube.Kube` instead. The decisions (`claim`, `released`) are pure.
+`intent.kube.Kube` instead. The decisions (`claim`, `released`) are pure.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from controller.kube import Kube, KubeError, Obj
 from controller.metrics import ControllerMetrics
+from intent.kube import Kube, KubeError, Obj
 
 log = logging.getLogger(__name__)
 

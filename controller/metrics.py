@@ -70,10 +70,10 @@ class ControllerMetrics:
 
     - ``gpu_intent_leader`` (gauge): 1 while this replica acts, else 0.
 
-    API adapter (`controller.kube.Kube`):
+    API adapter (`intent.kube.Kube`):
 
     - ``gpu_intent_api_errors_total{verb,code}``: failed API calls by Kubernetes verb
-      (`controller.kube.KubeError.verb`) and HTTP code (0: no answer).
+      (`intent.kube.KubeError.verb`) and HTTP code (0: no answer).
 
     Informers (`controller.informer.Informer`):
 
@@ -196,6 +196,11 @@ class ControllerMetrics:
         )
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
+
+    def count_api_error(self, verb: str, code: int) -> None:
+        """One failed API call (`intent.kube.ApiErrorCounter`, how the `intent.kube.Kube`
+        adapter counts): ``gpu_intent_api_errors_total{verb,code}``."""
+        self.api_errors.labels(verb, str(code)).inc()
 
     def record_scale_up(self, phase: str | None) -> None:
         """Count the end of a pod's scale-up: ``phase`` is the status just written

@@ -24,13 +24,11 @@ from typing import Any
 from aiolimiter import AsyncLimiter
 from prometheus_client import CollectorRegistry
 
-from controller import kube as kube_api
 from controller.decisions import CreateTrigger, Plan, PlanConfig, SetStatus, without_creates
 from controller.dra_intents import DRA_INFORMERS, DraIntents, dra_served
 from controller.failures import NODECLAIM, Protection, TokenBucket, protections
 from controller.incremental import IncrementalPlanner
 from controller.informer import Informer, InformerSpec
-from controller.kube import Kube, KubeError
 from controller.leader import LeaderElector, LeadershipLost
 from controller.metrics import ControllerMetrics, NodeClaimPhases
 from controller.model import (
@@ -58,6 +56,7 @@ from controller.state import (
 )
 from controller.statuses import triggered
 from controller.triggers import condition_patch
+from intent import kube as kube_api
 from intent.contract import (
     ANNOTATION_SCALE_UP,
     INJECT_LABEL,
@@ -67,6 +66,7 @@ from intent.contract import (
     TRIGGER_LABEL,
     TRIGGER_LABEL_VALUE,
 )
+from intent.kube import Kube, KubeError
 from intent.logs import about
 
 log = logging.getLogger(__name__)
@@ -240,6 +240,9 @@ class Controller:
             for spec in informer_specs(config.namespace, self.metrics)
         ]
         self.ready = asyncio.Event()
+        #: Plan-and-apply passes completed (`reconcile_once`), for tests to wait on "a
+        #: pass ran after X" (its creates may still be in flight: `creating`).
+        self.passes_done = 0
         #: Graceful shutdown (`controller.shutdown`): set when it begins (``/readyz``
         #: answers 503); ``passing`` is held during each pass, so taking it waits for the
         #: pass in flight to finish its writes and keeps the next from starting.
@@ -511,6 +514,7 @@ class Controller:
             self._reader = asyncio.create_task(self.read_left(), name="read-left")
         self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
         self._observe(done.phases, decided)
+        self.passes_done += 1
         return decided
 
     async def read_left(self) -> None:

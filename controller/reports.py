@@ -19,11 +19,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from controller.decisions import Event, SetStatus
-from controller.kube import Kube, KubeError
 from controller.metrics import ControllerMetrics
 from controller.model import ANNOTATION_RETRY, PodRef
 from controller.state import PENDING_PODS, ClusterState
 from intent.contract import ANNOTATION_SCALE_UP, Phase
+from intent.kube import Kube, KubeError
 from intent.logs import about
 
 log = logging.getLogger(__name__)

@@ -18,6 +18,7 @@ tolerate <key>=<value>:<effect>``, ``... exceed limits for nodepool: "gpu"``.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import functools
 import json
@@ -749,6 +750,12 @@ class KarpenterSim:
         self._solving: (
             tuple[concurrent.futures.Future[Results], Sequence[Obj], Mapping[str, Obj]] | None
         ) = None
+        #: Provisioning batches completed (`batches`), and the store's resourceVersion
+        #: the last pass started at (it saw every write up to it): what a test waits on
+        #: instead of sleeping.
+        self.batches_done = 0
+        self.seen_version = 0
+        self._batch_done_event: asyncio.Event | None = None
         #: The pods (``namespace/name``) each NodeClaim was created for: what the real
         #: Karpenter tells in its Nominated events, kept whole for benchmarks and tests
         #: (the events are rate limited).
@@ -775,6 +782,35 @@ class KarpenterSim:
         """The offerings the unavailable-offerings cache holds now."""
         return self._lifecycle.unavailable.current()
 
+    @property
+    def quiet(self) -> bool:
+        """Nothing on its way to a batch: no provisionable pod waiting to trigger again
+        (``controller.go``'s requeue), no batch window open (``batcher.go``) and no solve
+        in flight. Read once a pass saw the writes of interest (`seen_version`)."""
+        return not self._requeue and self._batcher.deadline is None and self._solving is None
+
+    async def batches(self, n: int = 1, *, within: float) -> None:
+        """Wait until ``n`` more provisioning batches than now have completed: a window
+        closed (``batcher.go``'s ``Wait`` returned) and ``Provisioner.Reconcile`` ran to
+        its end, its solve applied (NodeClaims created, pods nominated, events told) or
+        the batch dropped (cluster not synced, no pending pod, no NodePool). After one
+        completes, anything it would have bought exists. Raises `TimeoutError` after
+        ``within`` seconds."""
+        target = self.batches_done + n
+        async with asyncio.timeout(within):
+            while self.batches_done < target:
+                if self._batch_done_event is None:
+                    self._batch_done_event = asyncio.Event()
+                await self._batch_done_event.wait()
+
+    def _batch_done(self) -> None:
+        """Count a completed batch and wake `batches` (a pass runs in the event loop's
+        thread, `Store.run_passes`, so setting the event from it is safe)."""
+        self.batches_done += 1
+        if self._batch_done_event is not None:
+            self._batch_done_event.set()
+            self._batch_done_event = None
+
     async def run(self) -> None:
         """Reconcile on every store change and timer until cancelled; a failed pass is
         logged and retried a second later."""
@@ -791,6 +827,7 @@ class KarpenterSim:
 
     def reconcile(self) -> float | None:
         """One pass; returns the seconds until timed work is due (None: none pending)."""
+        self.seen_version = self._store.resource_version
         self._lifecycle.reconcile()
         now = self._clock()
         self._view.refresh()
@@ -799,6 +836,8 @@ class KarpenterSim:
         if not solving and self._batcher.take(now):
             self._provision()
             solving = self._solving is not None
+            if not solving:  # solved within the pass, or dropped
+                self._batch_done()
         due = [t for _, t in self._requeue.values()]
         if solving:
             due.append(now + _SOLVE_POLL_SECONDS)
@@ -880,7 +919,10 @@ class KarpenterSim:
         if not future.done():
             return True
         self._solving = None
-        self._apply(future.result(), pending, pools)
+        try:
+            self._apply(future.result(), pending, pools)
+        finally:
+            self._batch_done()  # a solve that failed ended its batch too
         return False
 
     def _apply(self, results: Results, pending: Sequence[Obj], pools: Mapping[str, Obj]) -> None:

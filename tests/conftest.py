@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from e2e_support import FAST, Env, NodeClaimCount
 from kubernetes_asyncio import client
+from prometheus_client import CollectorRegistry
 
 from certs import write_tls_files
-from controller.kube import Kube, load_configuration
+from controller.metrics import ControllerMetrics
 from gpu_intent.demo import apply, default_examples, load_manifests, webhook_configuration
+from intent.kube import Kube, load_configuration
 from sim.cluster import SimCluster
 from sim.nodeclaims import KarpenterTimings
 from webhook import server as webhook_server
@@ -42,7 +44,7 @@ async def make_env(tmp_path: Path, timings: KarpenterTimings) -> AsyncIterator[E
         )
         cfg = await load_configuration(str(cluster.kubeconfig))
         api = client.ApiClient(configuration=cfg)
-        kube = Kube(client.ApiClient(configuration=cfg))
+        kube = Kube(client.ApiClient(configuration=cfg), ControllerMetrics(CollectorRegistry()))
         try:
             for doc in load_manifests(default_examples()):
                 if doc["kind"] != "Pod":
@@ -59,14 +61,17 @@ async def make_env(tmp_path: Path, timings: KarpenterTimings) -> AsyncIterator[E
 
 @pytest.fixture
 async def running(env: Env) -> AsyncIterator[tuple[Env, NodeClaimCount]]:
-    """The controller running and a count of every NodeClaim created from now on."""
+    """The controller running (``env.running_controller`` while it runs, for `settled`)
+    and a count of every NodeClaim created from now on."""
     count = NodeClaimCount(env.cluster)
     controller = env.controller()
     task = asyncio.create_task(controller.run())
     await asyncio.wait_for(controller.ready.wait(), 5)
+    env.running_controller = controller
     try:
         yield env, count
     finally:
+        env.running_controller = None
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await count.close()

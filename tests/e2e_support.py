@@ -12,10 +12,10 @@ import pytest
 from kubernetes_asyncio import client
 
 from controller.decisions import PlanConfig
-from controller.kube import NODECLAIMS, PODS, Kube
 from controller.reconciler import Controller, ControllerConfig
 from controller.triggers import TriggerSettings
 from gpu_intent.demo import default_examples, load_manifests
+from intent.kube import NODECLAIMS, PODS, Kube
 from sim import store as sim_store
 from sim.cluster import SimCluster
 from sim.nodeclaims import FAST_TIMINGS
@@ -40,6 +40,32 @@ async def eventually(check: Callable[[], Awaitable[Any]], seconds: float = 15.0)
         await asyncio.sleep(0.05)
 
 
+async def settled(env: Env, controller: Controller | None = None, seconds: float = 15.0) -> None:
+    """Wait for the point after which a trigger or NodeClaim the test says must not
+    appear would have appeared: ``controller`` (the ``running`` fixture's by default) has
+    completed two passes after the call with no creates in flight, and then Karpenter
+    has completed a provisioning batch (`KarpenterSim.batches`), or a pass of it that
+    saw those passes' writes shows it `quiet` (nothing on its way to a batch). Events,
+    not a sleep."""
+    controller = controller or env.running_controller
+    karpenter = env.cluster.karpenter
+    assert controller is not None and karpenter is not None
+    start = controller.passes_done
+
+    async def passed() -> bool:
+        return controller.passes_done >= start + 2 and not controller.creating
+
+    await eventually(passed, seconds)
+    version, batches = env.cluster.store.resource_version, karpenter.batches_done
+
+    async def karpenter_done() -> bool:
+        if karpenter.batches_done > batches:
+            return True
+        return karpenter.seen_version >= version and karpenter.quiet
+
+    await eventually(karpenter_done, seconds)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as sock:
@@ -52,6 +78,8 @@ class Env:
     cluster: SimCluster
     api: client.ApiClient
     kube: Kube
+    #: The controller the ``running`` fixture runs, while it runs.
+    running_controller: Controller | None = None
 
     @property
     def core(self) -> client.CoreV1Api:

@@ -16,8 +16,8 @@ import aiohttp
 from e2e_support import FAST, TRIGGERS_NS, eventually, free_port
 from kubernetes_asyncio import client
 
-from controller.kube import PODS, Kube, load_configuration
 from gpu_intent.demo import apply, default_examples, load_manifests, webhook_configuration
+from intent.kube import PODS, Kube, load_configuration
 from sim.cluster import SimCluster
 
 EXE = str(Path(sys.executable).with_name("gpu-intent"))

@@ -20,7 +20,7 @@ from webhook_support import SecretVolume, read_answer
 
 from certs.incluster import CertsError, reconcile_secret
 from certs.rotation import PROPAGATION_GRACE, CertSettings, parse_bundle
-from controller.kube import load_configuration
+from intent.kube import load_configuration
 from sim.faults import Faults
 from sim.server import ApiServer
 from sim.store import Store

@@ -9,10 +9,10 @@ from typing import Any, cast
 
 from controller.decisions import CreateTrigger, DeleteTrigger, Plan, SetStatus
 from controller.incremental import Pass
-from controller.kube import Kube, KubeError
 from controller.model import GroupKey, PodRef, ScaleUpStatus
 from controller.reconciler import Controller, ControllerConfig
 from controller.state import PENDING_PODS
+from intent.kube import Kube, KubeError
 
 
 class StuckStatusKube:

@@ -9,7 +9,7 @@ from collections import defaultdict
 from decimal import Decimal
 from typing import Any
 
-from e2e_support import TRIGGERS_NS, Env, NodeClaimCount, eventually
+from e2e_support import TRIGGERS_NS, Env, NodeClaimCount, eventually, settled
 
 from controller.model import ScaleUpStatus
 from gpu_intent.demo import apply, default_examples, load_manifests
@@ -56,8 +56,11 @@ async def test_without_controller_sharing_layer_pods_stay_pending_while_whole_gp
         return True
 
     await eventually(native_bound_and_others_refused)
-    # Karpenter keeps re-evaluating (requeue 0.5 s here): give it several rounds.
-    await asyncio.sleep(2.0)
+    # Karpenter keeps re-evaluating the pods (requeued every 2 s here): a batch that
+    # closes from now would have bought for them.
+    karpenter = env.cluster.karpenter
+    assert karpenter is not None
+    await karpenter.batches(1, within=10)
     pods = await env.pods("ml")
     shared = [p for p in pods if not is_native(p)]
     assert all(not p["spec"].get("nodeName") and p["status"]["phase"] == "Pending" for p in shared)
@@ -89,7 +92,7 @@ async def test_with_controller_every_pod_binds_triggers_go_and_gpus_match_the_ne
 
         await eventually(all_bound_no_triggers, 20)
         pods = await env.pods("ml")
-        await asyncio.sleep(1.5)  # a NodeClaim bought late would appear within a batch
+        await settled(env, controller)  # a NodeClaim bought late would appear by then
 
         async def every_claim_launched() -> bool:
             return all(

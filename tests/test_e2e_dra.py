@@ -9,16 +9,15 @@ NodeClaims it needs, and its story (status, Events) names the NodeClaim it runs 
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
-from e2e_support import Env, NodeClaimCount, eventually
+from e2e_support import Env, NodeClaimCount, eventually, settled
 from kubernetes_asyncio import client
 
-from controller.kube import RESOURCESLICES
 from controller.model import ScaleUpStatus
 from gpu_intent.demo import apply
+from intent.kube import RESOURCESLICES
 from sim.dra import MIG_CONFIG_LABEL, nodepool
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -83,8 +82,9 @@ async def pod_json(env: Env, name: str) -> dict[str, Any]:
 
 
 async def bind_all(env: Env, count: NodeClaimCount, names: list[str]) -> dict[str, str]:
-    """Wait until every pod is bound with a closed status; then check, a Karpenter batch
-    window later, that every NodeClaim created hosts one of them. Returns pod -> node."""
+    """Wait until every pod is bound with a closed status; then check, once `settled`
+    (an extra NodeClaim would exist by then), that every NodeClaim created hosts one of
+    them. Returns pod -> node."""
 
     async def closed() -> dict[str, str] | None:
         nodes = {}
@@ -100,7 +100,7 @@ async def bind_all(env: Env, count: NodeClaimCount, names: list[str]) -> dict[st
         return nodes
 
     nodes: dict[str, str] = await eventually(closed, 30)
-    await asyncio.sleep(1.5)  # a late extra NodeClaim would show up within Karpenter's window
+    await settled(env)  # a late extra NodeClaim would show up by then
     claim_nodes = {c["metadata"]["name"]: (c.get("status") or {}).get("nodeName")
                    for c in count.created.values()}  # fmt: skip
     assert sorted(set(claim_nodes.values())) == sorted(set(nodes.values())), claim_nodes
@@ -226,7 +226,9 @@ async def test_without_gpu_intent_a_dra_pod_stays_pending_and_nothing_is_bought(
             return any("Dynamic Resource Allocation" in e["message"] for e in events)
 
         await eventually(refused, 10)  # Karpenter saw it, and skipped it
-        await asyncio.sleep(1.5)
+        karpenter = env.cluster.karpenter
+        assert karpenter is not None
+        await karpenter.batches(1, within=10)  # a batch from now would have bought for it
         assert (await pod_json(env, "alone"))["spec"].get("nodeName") is None
         assert count.created == {}
     finally:

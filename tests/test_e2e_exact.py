@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from e2e_support import TRIGGERS_NS, Env, NodeClaimCount, eventually
+from e2e_support import TRIGGERS_NS, Env, NodeClaimCount, eventually, settled
 
 from controller.model import ScaleUpStatus
 from gpu_intent.demo import apply
@@ -67,7 +67,7 @@ async def test_a_memory_only_pod_gets_the_cheapest_gpu_with_that_memory(
         return await node_of(env, "ml", "mem")
 
     await eventually(bound, 20)
-    await asyncio.sleep(1.0)  # a late extra NodeClaim would show up within Karpenter's window
+    await settled(env)  # a late extra NodeClaim would show up by then
     [claim] = count.created.values()
     labels = claim["metadata"]["labels"]
     # Cheapest GPU with more than 20000 MiB per GPU among the pool's (t4 16 GB is too small).
@@ -111,7 +111,7 @@ async def test_two_kai_halves_needing_3_cpu_each_fit_the_node_their_trigger_buys
 
     try:
         await eventually(both_bound, 20)
-        await asyncio.sleep(1.0)
+        await settled(env, controller)  # a late extra NodeClaim would show up by then
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -146,7 +146,7 @@ async def test_pods_of_namespaces_that_did_not_opt_in_get_nothing_bought(
         return any(c.reason == "Unschedulable" for c in pod.status.conditions or [])
 
     await eventually(unschedulable, 10)
-    await asyncio.sleep(2.0)  # several controller passes and a Karpenter batch
+    await settled(env)  # controller passes, then a Karpenter batch or nothing pending
     assert count.created == {}
     assert await env.pods(TRIGGERS_NS) == []
     assert await status_of(env, "dev", "sneaky") is None
@@ -171,7 +171,7 @@ async def test_a_pod_whose_selector_no_node_will_match_is_told_why_and_nothing_i
 
     status = await eventually(told, 10)
     assert "example.com/nowhere=yes" in status.message
-    await asyncio.sleep(1.5)
+    await settled(env)
     assert count.created == {}
     assert await env.pods(TRIGGERS_NS) == []
     reasons = [e["reason"] for e in await env.events("ml", "nowhere")]
@@ -225,7 +225,7 @@ async def test_a_hami_pod_a_full_hami_node_cannot_take_gets_a_new_node(
         return await node_of(env, "ml", "vgpu-2")
 
     node_2 = await eventually(second, 20)
-    await asyncio.sleep(1.0)  # a late extra NodeClaim would show up within Karpenter's window
+    await settled(env)  # a late extra NodeClaim would show up by then
     assert node_1 != node_2
     assert len(count.created) == 2
     assert {c["metadata"]["labels"]["karpenter.sh/nodepool"] for c in count.created.values()} == {

@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from conftest import make_env
-from e2e_support import FAST, TRIGGERS_NS, Env, NodeClaimCount, TriggerCount, eventually
+from e2e_support import (
+    FAST,
+    TRIGGERS_NS,
+    Env,
+    NodeClaimCount,
+    TriggerCount,
+    eventually,
+    settled,
+)
 from test_e2e_exact import kai_pod, node_of, status_of
 
 from controller.decisions import PlanConfig
@@ -53,9 +61,11 @@ async def running(
     controller = Controller(env.kube, config)
     task = asyncio.create_task(controller.run())
     await asyncio.wait_for(controller.ready.wait(), 5)
+    env.running_controller = controller  # for `settled`
     try:
         yield controller, claims, triggers
     finally:
+        env.running_controller = None
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await claims.close()
@@ -87,12 +97,12 @@ def live_claims(env: Env) -> list[dict[str, Any]]:
 async def fails_for_good(env: Env, name: str) -> ScaleUpStatus:
     """Create KAI half-GPU L4 pod ``name`` and wait for it to be told ``Failed`` because
     its NodeClaims were deleted before they were Ready; then no trigger is left and,
-    a second later (a Failed pod buys nothing more), no NodeClaim. Its status."""
+    once settled (a Failed pod buys nothing more), no NodeClaim. Its status."""
     await apply(env.api, kai_pod(name, {"gpu-fraction": "0.5"}, node_selector=L4))
     status: ScaleUpStatus = await eventually(told(env, name, "Failed"), 20)
     assert "deleted before it was Ready" in status.message
     await eventually(lambda: no_triggers(env), 5)
-    await asyncio.sleep(1.0)
+    await settled(env)
     assert live_claims(env) == []
     return status
 
@@ -128,7 +138,7 @@ async def test_insufficient_capacity_then_a_retry_lands_in_another_zone(tmp_path
             node = await eventually(bound, 15)
             await eventually(told(env, "ice", "Scheduled"), 10)
             await eventually(lambda: no_triggers(env), 5)
-            await asyncio.sleep(1.0)  # a late extra NodeClaim would show up by now
+            await settled(env)  # a late extra NodeClaim would show up by then
         retry = await retry_of(env, "ice")
         assert retry is not None and retry.attempts == 1
         assert "deleted before it was Ready" in retry.reason
@@ -234,7 +244,7 @@ async def test_a_nodeclaim_that_never_initializes_is_deleted_retried_then_failed
                 return live_claims(env) == []
 
             await eventually(claims_gone, 10)
-            await asyncio.sleep(1.0)
+            await settled(env)
         assert len(claims.created) == 2
         assert triggers.adds == 2
         assert await node_of(env, "ml", "noinit") is None
@@ -299,7 +309,9 @@ async def test_a_new_node_survives_emptiness_consolidation_until_a_slow_schedule
             await eventually(unschedulable(env, "slow"), 10)
             await stop_kai_scheduler(env)  # the pod's scheduler goes down
             await eventually(told(env, "slow", "NodeReady"), 15)
-            await asyncio.sleep(3.0)  # many consolidation windows
+            # Time, not an event: consolidateAfter 0 s plus 0.3 s re-validation, many
+            # times over; an unprotected empty node would be gone by then.
+            await asyncio.sleep(3.0)
             [claim] = live_claims(env)
             node_obj = cluster.store.get(sim_store.NODES, None, claim["status"]["nodeName"])
             for obj in (claim, node_obj):  # the Node's is the one Karpenter reads now
@@ -356,7 +368,7 @@ async def test_orphan_triggers_are_removed_and_a_flapping_group_cools_down(
 
             await eventually(bound, 15)
             await eventually(lambda: no_triggers(env), 5)
-            await asyncio.sleep(1.0)
+            await settled(env)
         assert triggers.adds == 2
         assert len(claims.created) == 1
 
@@ -397,7 +409,7 @@ async def test_caps_make_demand_wait_and_say_so(tmp_path: Path) -> None:
 
             await eventually(both_bound, 20)
             await eventually(lambda: no_triggers(env), 5)
-            await asyncio.sleep(1.0)
+            await settled(env)
         assert await node_of(env, "ml", "two") is None
         assert (await status_of(env, "ml", "two")).phase == "Waiting"  # type: ignore[union-attr]
         assert triggers.adds == 2
@@ -432,7 +444,7 @@ async def test_the_retry_count_survives_a_controller_restart(tmp_path: Path) -> 
                 status = await eventually(told(env, "again", "Failed"), 20)
                 assert "3 failed scale-ups" in status.message
                 await eventually(lambda: no_triggers(env), 5)
-                await asyncio.sleep(1.0)
+                await settled(env)
         finally:
             await claims.close()
         assert len(claims.created) == 3

@@ -14,8 +14,8 @@ from e2e_support import eventually, free_port
 from kubernetes_asyncio import client
 
 from controller.informer import Informer, InformerSpec, retry_delay
-from controller.kube import PODS, Kube, KubeError, load_configuration
 from controller.state import PENDING_PODS, ClusterState
+from intent.kube import PODS, Kube, KubeError, load_configuration
 from sim.faults import Faults
 from sim.server import ApiServer
 from sim.store import NAMESPACES, Store

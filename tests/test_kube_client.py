@@ -1,4 +1,4 @@
-"""The API client's proxy: read from the environment once (`controller.kube.env_proxy`),
+"""The API client's proxy: read from the environment once (`intent.kube.env_proxy`),
 not per request, and still honoured: a request to an API server the environment routes
 through a proxy goes to that proxy, one ``NO_PROXY`` covers goes direct."""
 
@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from e2e_support import free_port
 from kubernetes_asyncio import client
+from prometheus_client import CollectorRegistry
 
-from controller.kube import NAMESPACES, Kube, KubeError, env_proxy, load_configuration
+from controller.metrics import ControllerMetrics
+from intent.kube import NAMESPACES, Kube, KubeError, env_proxy, load_configuration
 from sim.server import ApiServer
 from sim.store import NAMESPACES as SIM_NAMESPACES
 from sim.store import Store
@@ -83,7 +85,8 @@ async def test_writes_carry_the_clients_credentials_and_fail_as_kube_errors(
     store.create(SIM_NAMESPACES, {"metadata": {"name": "default"}})
     async with ApiServer(store, token="t") as server:
         cfg = await load_configuration(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
-        kube = Kube(client.ApiClient(configuration=cfg))
+        metrics = ControllerMetrics(CollectorRegistry())
+        kube = Kube(client.ApiClient(configuration=cfg), metrics)
         try:
             body = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
             await kube.create_pod("default", body)
@@ -103,7 +106,7 @@ async def test_writes_carry_the_clients_credentials_and_fail_as_kube_errors(
             assert (exists.value.verb, missing.value.verb) == ("create", "patch")
             assert str(exists.value).startswith("creating pod default/p: 409 AlreadyExists: ")
             errors = "gpu_intent_api_errors_total"
-            registry = kube.metrics.registry
+            registry = metrics.registry
             assert registry.get_sample_value(errors, {"verb": "create", "code": "409"}) == 1
             assert registry.get_sample_value(errors, {"verb": "patch", "code": "404"}) == 1
             KubeError("creating pod default/q", 500, "InternalError", "", verb="create")

@@ -16,7 +16,6 @@ from conftest import make_env
 from e2e_support import EXAMPLE_PODS, TRIGGERS_NS, Env, NodeClaimCount, TriggerCount, eventually
 from kubernetes_asyncio import client
 
-from controller.kube import Kube, KubeError, load_configuration
 from controller.leader import (
     JITTER_FACTOR,
     LeaderElectionConfig,
@@ -27,6 +26,7 @@ from controller.leader import (
 )
 from controller.reconciler import Controller
 from gpu_intent.demo import apply, default_examples, load_manifests
+from intent.kube import Kube, KubeError, load_configuration
 from sim.nodeclaims import KarpenterTimings
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, 600000, tzinfo=UTC)

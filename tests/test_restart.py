@@ -20,10 +20,10 @@ from e2e_support import TRIGGERS_NS, Env, NodeClaimCount, TriggerCount, eventual
 from kubernetes_asyncio import client
 from test_leader import LAUNCH, settled, workloads
 
-from controller.kube import Kube, Obj
 from controller.model import ANNOTATION_NODECLAIM, ScaleUpStatus
 from controller.reconciler import Controller
 from intent.contract import ANNOTATION_SCALE_UP
+from intent.kube import Kube, Obj
 
 
 class CutKube(Kube):

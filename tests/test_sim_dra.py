@@ -19,7 +19,7 @@ from e2e_support import FAST, NodeClaimCount, eventually
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from controller.kube import load_configuration
+from intent.kube import load_configuration
 from sim import dra
 from sim import store as sim_store
 from sim.catalog import by_name

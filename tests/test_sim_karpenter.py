@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from decimal import Decimal
 from typing import Any
@@ -710,12 +711,12 @@ async def test_pods_in_one_batch_share_the_cheapest_nodeclaim_that_fits_both() -
 
 async def test_later_pods_land_on_the_inflight_nodeclaim_and_requeues_add_none() -> None:
     store = new_store(GPU_POOL)
-    async with running(store):
+    async with running(store) as sim:
         add_pods(store, pod("a", gpus=1, selector=T4), pod("b", gpus=1, selector=T4))
         [claim] = await wait_for(store, lambda: [c for c in objects(store, NODECLAIMS) if ready(c)])
         add_pods(store, pod("c", gpus=2))
         await wait_for(store, lambda: [e for e in events(store, "Nominated") if e[0] == "c"])
-        await asyncio.sleep(0.4)  # requeues of the still pending pods
+        await sim.batches(3, within=5)  # batches of the still pending pods' requeues
     assert [c["metadata"]["name"] for c in objects(store, NODECLAIMS)] == [
         claim["metadata"]["name"]
     ]
@@ -769,14 +770,43 @@ async def test_pods_karpenter_does_not_act_on_get_nothing(a_pod: Obj) -> None:
     assert objects(store, NODECLAIMS) == [] and events(store) == []
 
 
+async def test_batches_returns_once_a_window_closes_and_quiet_means_none_will() -> None:
+    """`KarpenterSim.batches`: a provisionable pod opens a window; the wait returns when
+    it closed and its NodeClaim exists. With no provisionable pod Karpenter is `quiet`
+    and no batch comes."""
+    store = new_store(GPU_POOL)
+    idle = KarpenterTimings(0.3, 1.0, 10.0, 1000.0, 1000.0, 1000.0)
+    async with running(store, idle) as sim:
+        add_pods(
+            store,
+            pod(
+                "ds",
+                gpus=1,
+                owner={"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"},
+            ),
+        )
+        await wait_for(store, lambda: sim.seen_version >= store.resource_version)
+        assert sim.quiet
+        with pytest.raises(TimeoutError):
+            await sim.batches(1, within=0.5)
+        assert sim.batches_done == 0 and objects(store, NODECLAIMS) == []
+        add_pods(store, pod("a", gpus=1, selector=T4))
+        started = time.monotonic()
+        await wait_for(store, lambda: sim.seen_version >= store.resource_version)
+        assert not sim.quiet  # the window is open
+        await sim.batches(1, within=5)
+        assert time.monotonic() - started >= 0.29  # the 0.3 s idle window
+        assert sim.batches_done == 1 and len(objects(store, NODECLAIMS)) == 1
+
+
 async def test_settled_store_does_not_churn() -> None:
     store = new_store(GPU_POOL, CPU_POOL)
-    async with running(store):
+    async with running(store) as sim:
         add_pods(store, pod("a", gpus=1, selector=T4), pod("b", gpumem=10), pod("c", cpu="1"))
         await wait_for(store, lambda: len([c for c in objects(store, NODECLAIMS) if ready(c)]) == 2)
-        await asyncio.sleep(0.2)
+        await sim.batches(2, within=5)  # the batches after Ready have written what they do
         settled = store.resource_version
-        await asyncio.sleep(0.5)  # five requeue periods
+        await sim.batches(5, within=5)  # five requeue batches
         assert store.resource_version == settled
 
 
@@ -1029,8 +1059,8 @@ async def test_insufficient_capacity_deletes_the_nodeclaim_and_is_not_retried() 
         add_pods(store, pod("a", gpus=1, selector=only_xlarge))
         [ice] = await wait_for(store, lambda: events(store, "InsufficientCapacityError"))
         [failed] = await wait_for(store, lambda: events(store, "FailedScheduling"))
-        # Many requeues (0.1 s each) later: still the one NodeClaim, deleted.
-        await asyncio.sleep(1.0)
+        # Many requeue batches later: still the one NodeClaim, deleted.
+        await sim.batches(5, within=5)
         assert objects(store, NODECLAIMS) == []
         assert events(store, "InsufficientCapacityError") == [ice]
     name, type_, message, _ = ice
@@ -1116,7 +1146,8 @@ async def test_a_resource_that_never_registers_leaves_the_nodeclaim_uninitialize
         assert "nvidia.com/gpu" not in node["status"]["allocatable"]
         assert "karpenter.sh/initialized" not in node["metadata"]["labels"]
         settled = store.resource_version
-        await asyncio.sleep(0.5)  # retried, but nothing rewritten and no timeout
+        # Time, not an event: the registration is retried and must not time out.
+        await asyncio.sleep(0.5)
         assert store.resource_version == settled and len(objects(store, NODECLAIMS)) == 1
         sim.lifecycle.unregistered_resources.clear()  # the device plugin comes up
         await wait_for(store, lambda: [c for c in objects(store, NODECLAIMS) if ready(c)])
@@ -1128,10 +1159,10 @@ async def test_a_resource_that_never_registers_leaves_the_nodeclaim_uninitialize
 async def test_a_nodepool_at_its_limits_launches_nothing_and_says_so() -> None:
     pool = nodepool("gpu", expr(GPU_NAME, "In", "t4"), limits={"nvidia.com/gpu": "1"})
     store = new_store(pool)
-    async with running(store):
+    async with running(store) as sim:
         add_pods(store, pod("a", gpus=1), pod("b", gpus=1))
         [failed] = await wait_for(store, lambda: events(store, "FailedScheduling"))
-        await asyncio.sleep(0.5)  # five requeues: still one NodeClaim
+        await sim.batches(5, within=5)  # five requeue batches: still one NodeClaim
         assert len(objects(store, NODECLAIMS)) == 1
     assert failed[1:3] == (
         "Warning",

@@ -11,7 +11,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiException
 
-from controller.kube import load_configuration
+from intent.kube import load_configuration
 from sim.secrets import MAX_SECRET_SIZE
 from sim.server import ApiServer
 from sim.store import Store

@@ -267,7 +267,7 @@ def os_reason(error: OSError) -> str:
 
 def kubeconfig_problem(path: str | None) -> str | None:
     """Why no cluster configuration can be found, or None if one may be (the order of
-    `controller.kube.load_configuration`: ``path`` from ``--kubeconfig``, else
+    `intent.kube.load_configuration`: ``path`` from ``--kubeconfig``, else
     ``$KUBECONFIG``, else in-cluster, else ``~/.kube/config``)."""
     if path is None:
         path = os.environ.get("KUBECONFIG") or None
@@ -292,11 +292,11 @@ def kubeconfig_problem(path: str | None) -> str | None:
 
 async def connect(kubeconfig: str | None, context: str | None) -> Any:
     """A ``kubernetes_asyncio`` ``ApiClient`` for the cluster
-    (`controller.kube.load_configuration`; the caller closes it); raises `UsageError`
+    (`intent.kube.load_configuration`; the caller closes it); raises `UsageError`
     when the configuration is missing or does not load."""
     from kubernetes_asyncio import client
 
-    from controller.kube import KubeError, load_configuration
+    from intent.kube import KubeError, load_configuration
 
     problem = kubeconfig_problem(kubeconfig)
     if problem:

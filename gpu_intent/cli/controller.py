@@ -317,8 +317,8 @@ def run(args: argparse.Namespace) -> int:
     """Run ``gpu-intent controller``; returns the exit code: 0 stopped by a signal, 1 an
     API error, a lost Lease or bad settings. Raises `UsageError` when no cluster
     configuration loads or the metrics address cannot be served on."""
-    from controller.kube import KubeError
     from controller.leader import LeadershipLost
+    from intent.kube import KubeError
 
     try:
         asyncio.run(_run(args))
@@ -331,12 +331,12 @@ def run(args: argparse.Namespace) -> int:
 async def _run(args: argparse.Namespace) -> None:
     from prometheus_client import CollectorRegistry
 
-    from controller.kube import Kube
     from controller.leader import LeaderElector
     from controller.metrics import ControllerMetrics
     from controller.reconciler import Controller
     from controller.server import start
     from controller.shutdown import run_until_stopped
+    from intent.kube import Kube
 
     config = controller_config(args)
     elector_config = leader_election_config(args, config)

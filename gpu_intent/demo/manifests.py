@@ -19,6 +19,7 @@ from intent.contract import (
 from intent.keys import AWS_GPU_NAME_LABEL, KARPENTER_GROUP
 from intent.keys import INSTANCE_TYPE_LABEL as INSTANCE_TYPE_LABEL
 from intent.keys import NODEPOOL_LABEL as NODEPOOL_LABEL
+from intent.kube import Kube, KubeError, object_path
 
 log = logging.getLogger(__name__)
 
@@ -99,44 +100,37 @@ def load_manifests(directory: Path) -> list[dict[str, Any]]:
     return [doc for _, doc in read_examples(directory)]
 
 
-async def apply(api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
-    """Create one manifest through the API (``kubectl create`` for the kinds the demo
-    uses; ResourceClaims and their templates as ``resource.k8s.io/v1``) and return the
-    stored object. Raises RuntimeError with the server's message."""
+async def apply(api: Kube | client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
+    """Create one manifest through the API adapter (``kubectl create`` for the kinds the
+    demo uses; ResourceClaims and their templates as ``resource.k8s.io/v1``) and return
+    the stored object. ``api``: the adapter, or an ``ApiClient`` used through one
+    (`intent.kube.Kube`; the caller closes it). Raises RuntimeError with the server's
+    message when the API server refuses it, `intent.kube.KubeError` when it does not
+    answer."""
     kind, meta = obj["kind"], obj.get("metadata", {})
-    # The generated client types bodies as models; manifests are dicts, which it sends
-    # as they are. Any keeps mypy from insisting on models here.
-    core: Any = client.CoreV1Api(api)
-    custom: Any = client.CustomObjectsApi(api)
-    admission: Any = client.AdmissionregistrationV1Api(api)
-    calls: dict[str, Any] = {
-        "Namespace": lambda: core.create_namespace(obj, _preload_content=False),
-        "Pod": lambda: core.create_namespaced_pod(meta["namespace"], obj, _preload_content=False),
-        "NodePool": lambda: custom.create_cluster_custom_object(
-            KARPENTER_GROUP, "v1", "nodepools", obj, _preload_content=False
-        ),
-        "MutatingWebhookConfiguration": lambda: admission.create_mutating_webhook_configuration(
-            obj, _preload_content=False
+    namespace = meta.get("namespace")
+    paths: dict[str, str] = {
+        "Namespace": object_path("v1", "namespaces"),
+        "Pod": object_path("v1", "pods", namespace=namespace),
+        "NodePool": object_path(f"{KARPENTER_GROUP}/v1", "nodepools"),
+        "MutatingWebhookConfiguration": object_path(
+            "admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations"
         ),
         **{
-            dra_kind: (
-                lambda plural=plural: custom.create_namespaced_custom_object(
-                    "resource.k8s.io", "v1", meta["namespace"], plural, obj,
-                    _preload_content=False,
-                )
-            )
+            dra_kind: object_path("resource.k8s.io/v1", plural, namespace=namespace)
             for dra_kind, plural in DRA_KINDS.items()
         },
-    }  # fmt: skip
-    if kind not in calls:
+    }
+    if kind not in paths:
         raise ValueError(f"the demo does not apply {kind}")
-    response = await calls[kind]()
-    body = await response.json()
-    if response.status >= 400:
-        raise RuntimeError(
-            f"creating {kind} {meta.get('name') or meta.get('generateName')}: {body.get('message')}"
-        )
-    return dict(body)
+    kube = api if isinstance(api, Kube) else Kube(api)
+    name = meta.get("name") or meta.get("generateName")
+    try:
+        return await kube.create(paths[kind], obj, f"creating {kind} {name}")
+    except KubeError as e:
+        if e.status == 0:  # no answer: not the manifest's fault
+            raise
+        raise RuntimeError(f"creating {kind} {name}: {e.detail}") from None
 
 
 def webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:

@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from kubernetes_asyncio import client, watch
-from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio import client
+from tenacity import RetryCallState
 
 from certs import write_tls_files
-from controller.kube import PODS, Kube, load_configuration
 from controller.plan import PlanConfig
 from controller.reconciler import Controller, ControllerConfig
 from controller.triggers import TriggerSettings
@@ -44,7 +43,18 @@ from gpu_intent.demo.report import (
 )
 from gpu_intent.explain import claim_index
 from intent.contract import TRIGGER_LABEL, Phase
-from intent.keys import KARPENTER_GROUP, NVIDIA_GPU
+from intent.keys import NVIDIA_GPU
+from intent.kube import (
+    EVENTS,
+    NODECLAIMS,
+    NODEPOOLS,
+    PODS,
+    Kube,
+    KubeError,
+    Resource,
+    load_configuration,
+)
+from intent.retry import retrying
 from sim.cluster import SimCluster
 from sim.nodeclaims import EKS_TIMINGS, KarpenterTimings
 from webhook import server as webhook_server
@@ -56,45 +66,49 @@ TIMINGS: Final[Mapping[str, KarpenterTimings]] = {"fast": KarpenterTimings(), "e
 
 
 async def _follow(
-    list_fn: Callable[..., Any],
-    args: tuple[Any, ...],
+    kube: Kube,
+    resource: Resource,
     handle: Callable[[str, dict[str, Any]], None],
     listed: asyncio.Event,
     on_list: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> None:
-    """List, hand every item to ``handle`` as ADDED (or the whole list to ``on_list``),
-    set ``listed``, then watch from the list's resourceVersion, resuming from the last
-    one seen when a watch ends; relist after 410 Gone. Nothing created after the list
-    is missed."""
+    """List ``resource`` (all namespaces), hand every item to ``handle`` as ADDED (or the
+    whole list to ``on_list``), set ``listed``, then watch from the list's
+    resourceVersion, resuming from the last one seen when a watch ends; relist after 410
+    Gone. Nothing created after the list is missed. A call that fails retryably (no
+    answer, 429, 5xx) is tried again by the adapter's policy (`intent.retry.retrying`:
+    Retry-After, else jittered backoff; a run of 5 failures ends it); any other
+    `KubeError` ends it."""
     rv: str | None = None
-    while True:
-        if rv is None:
-            response = await list_fn(*args, _preload_content=False)
-            body = await response.json()
-            items = [i for i in body.get("items") or [] if isinstance(i, dict)]
-            if on_list is not None:
-                on_list(items)
-            else:
-                for item in items:
-                    handle("ADDED", item)
-            rv = str((body.get("metadata") or {}).get("resourceVersion") or "0")
-            listed.set()
-        stream = watch.Watch(return_type="object")
-        try:
-            async with stream.stream(
-                list_fn, *args, resource_version=rv, timeout_seconds=300
-            ) as events:
-                async for event in events:
-                    obj = event.get("raw_object")
-                    if not isinstance(obj, dict):
-                        continue
-                    rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-                    if event.get("type") != "BOOKMARK":
-                        handle(str(event["type"]), obj)
-        except ApiException as e:
-            if e.status != 410:
-                raise
-            rv = None
+
+    def retry_log(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        log.info(
+            "demo watch of %s: %s; again in %.2fs", resource.plural, error, state.upcoming_sleep
+        )
+
+    async for attempt in retrying(before_sleep=retry_log):
+        with attempt:
+            while True:
+                if rv is None:
+                    items, version = await kube.list(resource)
+                    if on_list is not None:
+                        on_list(items)
+                    else:
+                        for item in items:
+                            handle("ADDED", item)
+                    rv = version or "0"
+                    listed.set()
+                try:
+                    async for kind, obj in kube.watch(resource, rv):
+                        rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                        if kind != "BOOKMARK":
+                            handle(kind, obj)
+                except KubeError as e:
+                    if not e.gone:
+                        raise
+                    rv = None
+                attempt.retry_state.attempt_number = 1  # a call that worked: a new run
 
 
 async def _stop(tasks: Sequence[asyncio.Task[Any]], first_wait: float = 2.0) -> list[str]:
@@ -234,7 +248,7 @@ class _Story:
     #: Tasks that ignored a cancellation when the demo stopped them.
     stubborn: list[str] = field(default_factory=list)
 
-    async def _apply_setup(self, api: client.ApiClient, ca_pem: bytes, port: int) -> None:
+    async def _apply_setup(self, api: Kube, ca_pem: bytes, port: int) -> None:
         namespaces = set()
         for path, doc in self.manifests:
             if doc["kind"] == "Pod":
@@ -263,37 +277,24 @@ class _Story:
         )
         wall = time.monotonic()
         cfg = await load_configuration(str(cluster.kubeconfig))
-        api = client.ApiClient(configuration=cfg)
+        api = Kube(client.ApiClient(configuration=cfg))
         workloads = [(p, d) for p, d in self.manifests if d["kind"] == "Pod"]
         timeline = Timeline(
             text,
             namespaces=frozenset(d["metadata"]["namespace"] for _, d in workloads),
             dra_claims=claim_index(d for _, d in self.manifests),
         )
-        core = client.CoreV1Api(api)
-        custom = client.CustomObjectsApi(api)
         controller_kube = Kube(client.ApiClient(configuration=cfg))
         try:
             await self._apply_setup(api, ca_pem, port)
             controller = Controller(controller_kube, ControllerConfig(plan=self.plan))
             listed = [asyncio.Event() for _ in range(3)]
             follows: dict[str, Any] = {
-                "watch-pods": _follow(
-                    core.list_pod_for_all_namespaces, (), timeline.on_pod, listed[0]
-                ),
+                "watch-pods": _follow(api, PODS, timeline.on_pod, listed[0]),
                 "watch-nodeclaims": _follow(
-                    custom.list_cluster_custom_object,
-                    (KARPENTER_GROUP, "v1", "nodeclaims"),
-                    timeline.on_nodeclaim,
-                    listed[1],
-                    timeline.sync_nodeclaims,
+                    api, NODECLAIMS, timeline.on_nodeclaim, listed[1], timeline.sync_nodeclaims
                 ),
-                "watch-events": _follow(
-                    core.list_event_for_all_namespaces,
-                    (),
-                    lambda _t, e: timeline.on_event(e),
-                    listed[2],
-                ),
+                "watch-events": _follow(api, EVENTS, lambda _t, e: timeline.on_event(e), listed[2]),
             }
             if self.with_controller:
                 follows["controller"] = controller.run()
@@ -322,17 +323,11 @@ class _Story:
                         break
                 # Every NodeClaim launched or gone, checked against a fresh list.
                 while True:
-                    response = await custom.list_cluster_custom_object(
-                        KARPENTER_GROUP, "v1", "nodeclaims", _preload_content=False
-                    )
-                    timeline.sync_nodeclaims(list((await response.json()).get("items") or []))
+                    timeline.sync_nodeclaims((await api.list(NODECLAIMS))[0])
                     if not timeline.unsettled_claims() or time.monotonic() >= deadline:
                         break
                     await asyncio.sleep(0.25)
-            nodepools_response = await custom.list_cluster_custom_object(
-                KARPENTER_GROUP, "v1", "nodepools", _preload_content=False
-            )
-            nodepools = list((await nodepools_response.json()).get("items") or [])
+            nodepools, _ = await api.list(NODEPOOLS)
             triggers, _ = await controller_kube.list(
                 PODS,
                 namespace=self.plan.trigger.namespace,

@@ -1,10 +1,14 @@
-"""The controller's one adapter to the Kubernetes API server (kubernetes_asyncio).
+"""The one adapter to the Kubernetes API server (kubernetes_asyncio).
 
-Everything here is I/O; everything that decides what to send lives elsewhere. Objects
-stay JSON dicts (``_preload_content=False``) so the pure core never sees client models,
-and every failure becomes a `KubeError` whose message says what was being done (its
-fields: the Kubernetes verb, the HTTP status...), counted by the adapter into
-``gpu_intent_api_errors_total{verb,code}`` on the `ControllerMetrics` it was given. Bodies
+Every component that talks to the API server goes through `Kube`: the controller, the
+``certs`` command (`certs.incluster`), the demo's applier and watches. Everything here is
+I/O; everything that decides what to send lives elsewhere. Objects stay JSON dicts
+(``_preload_content=False``) so the pure core never sees client models, and every failure
+becomes a `KubeError` whose message says what was being done (its fields: the Kubernetes
+verb, the HTTP status...), counted by the adapter on the `ApiErrorCounter` it was given
+(the controller's `controller.metrics.ControllerMetrics`:
+``gpu_intent_api_errors_total{verb,code}``). Callers that retry an API call use one
+policy, `intent.retry.retrying`. Bodies
 and watch events are decoded with orjson: about twice as fast as the json module, and
 its key cache gives every decoded object the same key strings, so the cached objects
 share them.
@@ -20,21 +24,24 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
 
 import aiohttp
 import orjson
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
-from prometheus_client import CollectorRegistry
-
-from controller.metrics import ControllerMetrics
 
 log = logging.getLogger(__name__)
 
 #: The Kubernetes verb of a write sent by HTTP method (`Kube._send`).
-METHOD_VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
+METHOD_VERBS = {
+    "GET": "get",
+    "POST": "create",
+    "PATCH": "patch",
+    "PUT": "update",
+    "DELETE": "delete",
+}
 
 
 def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
@@ -237,6 +244,21 @@ async def _read(response: aiohttp.ClientResponse | _Replayed, doing: str, verb: 
 
 #: The content type of a strategic merge patch (built-in types only).
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+#: The content type of a JSON patch (RFC 6902: a list of operations).
+JSON_PATCH = "application/json-patch+json"
+
+
+def object_path(
+    api_version: str, plural: str, name: str | None = None, namespace: str | None = None
+) -> str:
+    """The API path of a collection or, given ``name``, of one object: ``api_version``
+    ``v1`` (core) under ``/api/v1``, ``<group>/<version>`` under ``/apis/...``;
+    ``namespace`` for namespaced kinds. Namespace and name percent-encoded. Pure."""
+    path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    if namespace is not None:
+        path = f"{path}/namespaces/{quote(namespace, safe='')}"
+    path = f"{path}/{plural}"
+    return f"{path}/{quote(name, safe='')}" if name is not None else path
 
 
 def _core_path(plural: str, namespace: str, name: str | None = None) -> str:
@@ -246,22 +268,38 @@ def _core_path(plural: str, namespace: str, name: str | None = None) -> str:
     return f"{path}/{quote(name, safe='')}" if name is not None else path
 
 
+class ApiErrorCounter(Protocol):
+    """Where `Kube` counts the errors it raises: the one method it needs
+    (`controller.metrics.ControllerMetrics` has it)."""
+
+    def count_api_error(self, verb: str, code: int) -> None:
+        """One failed call: its Kubernetes verb (`KubeError.verb`) and HTTP code
+        (`KubeError.status`, 0: no answer)."""
+
+
+class _Uncounted:
+    """An `ApiErrorCounter` that counts nothing (a `Kube` given no metrics)."""
+
+    def count_api_error(self, verb: str, code: int) -> None:
+        pass
+
+
 class Kube:
-    """API calls the controller makes, each returning plain dicts.
+    """API calls the components make, each returning plain dicts.
 
     Create with `Kube.connect` (or ``Kube(ApiClient(cfg))``) and `close` when done.
-    All methods raise `KubeError`, each counted once, as it is raised, into
-    ``metrics``' ``gpu_intent_api_errors_total{verb,code}`` (`KubeError.verb`,
-    `KubeError.status`), those the method then handles too (a 404 read as None, a 409
-    on delete). ``metrics``: the controller's (`ControllerMetrics`); by default a fresh
-    one on a registry of its own, which nothing serves.
+    All methods raise `KubeError`, each counted once, as it is raised, on ``metrics``
+    (`ApiErrorCounter.count_api_error` with `KubeError.verb` and `KubeError.status`),
+    those the method then handles too (a 404 read as None, a 409 on delete).
+    ``metrics``: the controller's (`controller.metrics.ControllerMetrics`: its
+    ``gpu_intent_api_errors_total{verb,code}``); by default nothing is counted.
     """
 
     def __init__(
-        self, api_client: client.ApiClient, metrics: ControllerMetrics | None = None
+        self, api_client: client.ApiClient, metrics: ApiErrorCounter | None = None
     ) -> None:
         without_env_lookups(api_client)
-        self.metrics = metrics if metrics is not None else ControllerMetrics(CollectorRegistry())
+        self.metrics: ApiErrorCounter = metrics if metrics is not None else _Uncounted()
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
@@ -279,7 +317,7 @@ class Kube:
         cls,
         kubeconfig: str | None = None,
         context: str | None = None,
-        metrics: ControllerMetrics | None = None,
+        metrics: ApiErrorCounter | None = None,
     ) -> Kube:
         """A `Kube` on the configuration `load_configuration` finds; raises `KubeError`
         (verb ``config``, not counted: there is no adapter yet) when none is usable."""
@@ -297,7 +335,7 @@ class Kube:
         try:
             yield
         except KubeError as e:
-            self.metrics.api_errors.labels(e.verb, str(e.status)).inc()
+            self.metrics.count_api_error(e.verb, e.status)
             raise
 
     async def _call(self, verb: str, doing: str, fn: Any, *args: Any, **kwargs: Any) -> Obj:
@@ -335,12 +373,13 @@ class Kube:
         The generated API methods walk a body twice before sending it (their
         ``sanitize_for_serialization``, then the json module): 117 us for a trigger pod
         against orjson's 2, at a burst's 10,000 trigger writes most of a second of the
-        controller's CPU. Raises `KubeError` as `_call` does, its verb the method's
-        (`METHOD_VERBS`)."""
+        controller's CPU. ``body`` None: none sent (a GET). Raises `KubeError` as `_call`
+        does, its verb the method's (`METHOD_VERBS`)."""
         api = self.api_client
         rest = api.rest_client
         headers = {**api.default_headers, "Accept": "application/json"}
-        headers["Content-Type"] = content_type
+        if body is not None:
+            headers["Content-Type"] = content_type
         await api.update_params_for_auth(headers, [], ["BearerToken"])
         extra: dict[str, Any] = {}
         if rest.proxy:
@@ -355,13 +394,49 @@ class Kube:
                 response = await rest.pool_manager.request(
                     method,
                     f"{api.configuration.host}{path}",
-                    data=orjson.dumps(body),
+                    data=orjson.dumps(body) if body is not None else None,
                     headers=headers,
                     **extra,
                 )
             except (TimeoutError, aiohttp.ClientError, OSError) as e:
                 raise KubeError(doing, 0, type(e).__name__, str(e), verb=verb) from e
             return await _read(response, doing, verb)
+
+    # --- Any kind, by path: what the certs command and the demo's applier need. --------
+
+    async def get(self, path: str, doing: str) -> Obj | None:
+        """The object at ``path`` (`object_path`), or None when it does not exist;
+        `KubeError` (verb ``get``, ``doing``) for any other failure."""
+        try:
+            return await self._send(doing, "GET", path, None)
+        except KubeError as e:
+            if e.not_found:
+                return None
+            raise
+
+    async def create(self, path: str, body: Mapping[str, Any], doing: str) -> Obj:
+        """POST ``body`` to the collection at ``path`` (`object_path` without a name);
+        the object as created. `KubeError` (verb ``create``) on failure, ``conflict``
+        when it exists already."""
+        return await self._send(doing, "POST", path, body)
+
+    async def patch(
+        self,
+        path: str,
+        patch: Any,
+        doing: str,
+        content_type: str = "application/merge-patch+json",
+    ) -> Obj:
+        """PATCH the object at ``path`` with ``patch`` (a JSON merge patch by default;
+        `JSON_PATCH` or `STRATEGIC_MERGE_PATCH` as ``content_type``); the object as
+        patched. `KubeError` (verb ``patch``) on failure."""
+        return await self._send(doing, "PATCH", path, patch, content_type)
+
+    async def replace(self, path: str, body: Mapping[str, Any], doing: str) -> Obj:
+        """PUT ``body`` at ``path``: with its ``metadata.resourceVersion`` the API server
+        refuses it (409 ``conflict``) when anyone wrote the object since. `KubeError`
+        (verb ``update``) on failure."""
+        return await self._send(doing, "PUT", path, body)
 
     async def serves(self, resource: Resource) -> bool:
         """Whether the API server serves ``resource`` (its group/version's discovery
