@@ -36,7 +36,7 @@ from typing import Any
 
 import aiohttp
 
-from intent.contract import ANNOTATION_SCALE_UP, Intent
+from intent.contract import ANNOTATION_SCALE_UP, Intent, Source
 from sim.server import ApiServer
 from sim.store import NAMESPACES, NODEPOOLS, PODS, Store
 
@@ -67,7 +67,7 @@ MODELS = ("t4", "l4", "a10g")
 
 def pod(i: int) -> dict[str, Any]:
     """A pending KAI pod with an intent, about the size a real Deployment's pod has."""
-    intent = Intent(Decimal("0.5"), model=MODELS[i % 3], source=("kai:gpu-fraction",))
+    intent = Intent(Decimal("0.5"), model=MODELS[i % 3], source=(Source("kai", "gpu-fraction"),))
     env = [{"name": f"VAR_{k}", "value": f"value-{k}-{i}"} for k in range(10)]
     return {
         "metadata": {

@@ -16,7 +16,7 @@ from controller.decisions import PlanConfig, Snapshot
 from controller.model import parse_pending_pod
 from controller.nodes import parse_nodepool
 from controller.plan import plan
-from intent.contract import Intent
+from intent.contract import Intent, Source
 
 MODELS = ("t4", "a10g", "l4", "l40s", "a100", "h100")
 FRACTIONS = ("0.25", "0.5", "1", "2", "0.3")
@@ -26,7 +26,7 @@ def _pod(i: int) -> dict[str, Any]:
     intent = Intent(
         Decimal(FRACTIONS[i % len(FRACTIONS)]),
         model=MODELS[i % len(MODELS)],
-        source=("kai:gpu-fraction",),
+        source=(Source("kai", "gpu-fraction"),),
     )
     return {
         "metadata": {

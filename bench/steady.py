@@ -3,8 +3,8 @@
 and nothing changed since the last pass. Measured: the controller's pass,
 `IncrementalPlanner.run` (journal read, partitions re-planned where their inputs
 changed, merge; median of 5), N = 10,000 and 50,000, and their ratio; the first pass
-after one pod changed; for reference, the plain `ClusterState.snapshot` + `plan` of the
-whole cache (one pass); and the memory the cache holds (tracemalloc, of the cached
+after one pod changed; for reference, the plain `controller.snapshot.snapshot` + `plan`
+of the whole cache (one pass); and the memory the cache holds (tracemalloc, of the cached
 objects as the informer stores them and everything parsed from them).
 
 Objects are plain dicts shaped as kube-apiserver sends them (what the informers cache).
@@ -21,13 +21,17 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from controller.cache import InformerCache, Kind
 from controller.decisions import PlanConfig
 from controller.incremental import IncrementalPlanner
+from controller.memory import Memory
 from controller.plan import plan
-from controller.state import NAMESPACES, NODECLAIMS, NODEPOOLS, PENDING_PODS, TRIGGERS, ClusterState
+from controller.snapshot import snapshot
 from controller.triggers import TriggerSettings
-from intent.contract import Intent
+from intent.contract import Intent, Source
 
+#: The controller's memory: empty here (no covers, retries or cooldowns).
+MEMORY = Memory(time.monotonic)
 MODELS = ("t4", "a10g", "l4", "l40s", "a100")
 FRACTIONS = ("0.25", "0.5", "1", "2", "0.5")
 POOLS = 20
@@ -42,7 +46,7 @@ def pod(i: int) -> dict[str, Any]:
         Decimal(FRACTIONS[i % len(FRACTIONS)]),
         model=MODELS[i % len(MODELS)],
         pool=f"pool-{i % POOLS}",
-        source=("kai:gpu-fraction",),
+        source=(Source("kai", "gpu-fraction"),),
     )
     return {
         "metadata": {
@@ -100,20 +104,20 @@ def nodepool(i: int) -> dict[str, Any]:
     }
 
 
-def steady_state(n: int) -> tuple[ClusterState, PlanConfig]:
+def steady_state(n: int) -> tuple[InformerCache, PlanConfig]:
     """A cache of ``n`` pending pods whose triggers and NodeClaims all exist."""
     config = PlanConfig(trigger=TriggerSettings(namespace="gi"), max_triggers=10**6)
-    state = ClusterState(time.monotonic)
-    state.replace(NODEPOOLS, [nodepool(i) for i in range(POOLS)])
+    state = InformerCache(time.monotonic)
+    state.replace(Kind.NODEPOOLS, [nodepool(i) for i in range(POOLS)])
     state.replace(
-        NAMESPACES,
+        Kind.NAMESPACES,
         [
             {"metadata": {"name": f"ns{i}", "labels": {"gpu-intent.io/inject": "enabled"}}}
             for i in range(NAMESPACE_COUNT)
         ],
     )
-    state.replace(PENDING_PODS, [pod(i) for i in range(n)])
-    first = plan(state.snapshot(NOW), config)
+    state.replace(Kind.PENDING_PODS, [pod(i) for i in range(n)])
+    first = plan(snapshot(state, MEMORY, NOW), config)
     triggers, claims = [], []
     for k, create in enumerate(first.creates):
         body = json.loads(json.dumps(create.body))
@@ -141,11 +145,11 @@ def steady_state(n: int) -> tuple[ClusterState, PlanConfig]:
                 "status": {"conditions": [{"type": "Launched", "status": "True"}]},
             }
         )
-    state.replace(TRIGGERS, triggers)
-    state.replace(NODECLAIMS, claims)
+    state.replace(Kind.TRIGGERS, triggers)
+    state.replace(Kind.NODECLAIMS, claims)
     # Settle: one pass writes the Provisioning statuses; store them on the pods as the
     # API would, so the steady pass decides nothing.
-    settled = plan(state.snapshot(NOW), config)
+    settled = plan(snapshot(state, MEMORY, NOW), config)
     by_key = {(s.ref.namespace, s.ref.name): s for s in settled.statuses}
     pods = []
     for obj in (pod(i) for i in range(n)):
@@ -154,7 +158,7 @@ def steady_state(n: int) -> tuple[ClusterState, PlanConfig]:
             obj["metadata"]["annotations"]["gpu-intent.io/scale-up"] = change.status.to_annotation()
             obj["metadata"]["resourceVersion"] += "-told"  # the API moves it on every write
         pods.append(obj)
-    state.replace(PENDING_PODS, pods)
+    state.replace(Kind.PENDING_PODS, pods)
     return state, config
 
 
@@ -165,10 +169,10 @@ def time_pass(planner: IncrementalPlanner) -> tuple[float, bool]:
     return time.perf_counter() - started, bool(decided)
 
 
-def time_whole(state: ClusterState, config: PlanConfig) -> float:
+def time_whole(state: InformerCache, config: PlanConfig) -> float:
     """Seconds the plain pass takes: snapshot of the whole cache, then `plan`."""
     started = time.perf_counter()
-    plan(state.snapshot(NOW), config)
+    plan(snapshot(state, MEMORY, NOW), config)
     return time.perf_counter() - started
 
 
@@ -180,7 +184,7 @@ def run(sizes: tuple[int, ...] = (10_000, 50_000)) -> None:
         state, config = steady_state(n)
         held, _ = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        planner = IncrementalPlanner(state, config)
+        planner = IncrementalPlanner(state, MEMORY, config)
         time_pass(planner)  # the first pass parses and plans everything, as after a start
         samples = []
         acted = False
@@ -192,7 +196,7 @@ def run(sizes: tuple[int, ...] = (10_000, 50_000)) -> None:
         changed = pod(7)
         changed["metadata"]["resourceVersion"] = str(10**8)
         changed["metadata"]["labels"]["touched"] = "yes"
-        state.apply(PENDING_PODS, "MODIFIED", changed)
+        state.apply(Kind.PENDING_PODS, "MODIFIED", changed)
         one_change, _ = time_pass(planner)
         time_whole(state, config)  # warm the snapshot's parse cache
         whole = time_whole(state, config)

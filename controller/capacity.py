@@ -161,9 +161,7 @@ def held_covers(
                 held.add(pod.ref)
                 room[name] -= need
     free = {
-        c.name: room_of(c)
-        for c in claims.values()
-        if fresh(c, now, cover, cover_max, last_bind)
+        c.name: room_of(c) for c in claims.values() if fresh(c, now, cover, cover_max, last_bind)
     }
     return held, {name: gpus for name, gpus in free.items() if gpus > 0}
 

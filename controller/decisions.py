@@ -1,6 +1,7 @@
 """What `controller.plan.plan` reads and decides: its settings (`PlanConfig`), the
 cluster it looks at (`Snapshot`), and the `Plan` it returns, whose actions the executor
-(`controller.reconciler`) applies. Values only.
+(`controller.executor.Executor`) writes and whose `Bookkeeping` the controller's memory
+(`controller.memory.Memory`) records. Values only.
 """
 
 from __future__ import annotations
@@ -80,8 +81,9 @@ class Snapshot:
     scheduled: Sequence[ScheduledPod] = ()
     #: Karpenter's latest ``Nominated`` evidence per trigger ``(namespace, name)``.
     nominations: Mapping[tuple[str, str], Nomination] = field(default_factory=dict)
-    #: NodeReady covers the executor set when it deleted a trigger (pod ``(namespace,
-    #: name)`` -> (NodeClaim, when)): they hold even if the status write failed.
+    #: NodeReady covers the controller's memory set when a trigger was deleted (pod
+    #: ``(namespace, name)`` -> (NodeClaim, when)): they hold even if the status write
+    #: failed.
     covers: Mapping[tuple[str, str], tuple[str, datetime]] = field(default_factory=dict)
     #: GPUs of the pods we served found bound, by node name (see
     #: `controller.capacity.held_covers`).
@@ -93,8 +95,8 @@ class Snapshot:
     live_elsewhere: int = 0
     #: The same per NodePool, against ``max_triggers_per_pool``.
     live_elsewhere_by_pool: Mapping[str, int] = field(default_factory=dict)
-    #: Retry states the executor holds for pods whose annotation may not show them yet
-    #: (pod ``(namespace, name)`` -> state).
+    #: Retry states the controller's memory holds for pods whose annotation may not show
+    #: them yet (pod ``(namespace, name)`` -> state).
     retries: Mapping[tuple[str, str], RetryState] = field(default_factory=dict)
     #: Karpenter's latest limits ``FailedScheduling`` per trigger ``(namespace, name)``.
     refusals: Mapping[tuple[str, str], Refusal] = field(default_factory=dict)
@@ -111,7 +113,7 @@ class Snapshot:
     #: (`controller.capacity.cover_holds`). None: no bind seen.
     last_bind: datetime | None = None
     #: NodeClaims Karpenter bought for our triggers and deleted before they registered,
-    #: by the name of the trigger whose marker they carried (`ClusterState.lost_claims`):
+    #: by the name of the trigger whose marker they carried (`Memory.lost_claims`):
     #: failures the trigger's recorded link may not show yet.
     lost: Mapping[str, str] = field(default_factory=dict)
 
@@ -149,14 +151,15 @@ class LinkTrigger:
 @dataclass(frozen=True, slots=True)
 class DeleteTrigger:
     """Delete a trigger pod (uid-guarded). ``cover``: its pods, told ``NodeReady`` on
-    NodeClaim ``node_claim``; the executor covers them before deleting."""
+    NodeClaim ``node_claim``; the controller's memory covers them before the delete is
+    sent (`Bookkeeping.covers`)."""
 
     ref: PodRef
     reason: str
     cover: tuple[PodRef, ...] = ()
     node_claim: str | None = None
-    #: The trigger failed: its pods' new retry states, held by the executor until
-    #: written (see `controller.failures`).
+    #: The trigger failed: its pods' new retry states, held by the controller's memory
+    #: until written (see `controller.failures`).
     retries: tuple[tuple[PodRef, RetryState], ...] = ()
     #: No pod needs it any more: the group it served starts its cooldown.
     orphan: GroupKey | None = None
@@ -200,8 +203,38 @@ class CreateTrigger:
 
 
 @dataclass(frozen=True, slots=True)
+class Bookkeeping:
+    """What the controller's memory (`controller.memory.Memory`) records when a plan is
+    applied, decided by `controller.passes.bookkeeping` (the empty value records nothing).
+
+    Attributes:
+        at: when the plan was applied (timezone-aware): the time covers, retry states
+            and cooldowns are recorded at.
+        covers: pods told ``NodeReady`` whose trigger is deleted, each ``(namespace,
+            name)`` with the NodeClaim's name: their NodeReady cover.
+        retries: new retry states of the pods of failed triggers, held until written.
+        removals: groups whose trigger no pod needed any more: their cooldown starts.
+        covers_before, retries_before, removals_before: cut-offs: records set before
+            them are forgotten (None: none is).
+        create_tokens: trigger creations spent from the rate limit
+            (`controller.failures.TokenBucket`).
+    """
+
+    at: datetime | None = None
+    covers: tuple[tuple[tuple[str, str], str], ...] = ()
+    retries: tuple[tuple[tuple[str, str], RetryState], ...] = ()
+    removals: tuple[GroupKey, ...] = ()
+    covers_before: datetime | None = None
+    retries_before: datetime | None = None
+    removals_before: datetime | None = None
+    create_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
-    """The decisions of one pass, in the order the executor applies them."""
+    """The decisions of one pass, in the order the executor applies them, and what the
+    controller's memory records of them (``bookkeeping``: filled in by
+    `controller.passes.to_apply`, empty as `controller.plan.plan` returns it)."""
 
     links: tuple[LinkTrigger, ...] = ()
     statuses: tuple[SetStatus, ...] = ()
@@ -214,6 +247,7 @@ class Plan:
     labels: tuple[LabelNode, ...] = ()
     #: NodeClaims to delete (bought for failed triggers, never initialized).
     claim_deletes: tuple[DeleteNodeClaim, ...] = ()
+    bookkeeping: Bookkeeping = field(default_factory=Bookkeeping)
 
     def __bool__(self) -> bool:
         return bool(

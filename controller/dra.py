@@ -24,6 +24,7 @@ from typing import Any
 
 from controller import karpenter
 from controller.model import NODEPOOL_LABEL, PodRef, pod_ref
+from intent.catalog import Catalog
 from intent.contract import ANNOTATION_SOURCE, ANNOTATION_VERSION, IntentError
 from intent.dra import ClaimSource, pod_claims
 from intent.inference import infer
@@ -66,9 +67,7 @@ def slim_slice(obj: Mapping[str, Any]) -> Obj:
             "nodeName": spec.get("nodeName"),
             "driver": spec.get("driver"),
             "devices": [
-                {"name": d.get("name")}
-                for d in spec.get("devices") or ()
-                if isinstance(d, Mapping)
+                {"name": d.get("name")} for d in spec.get("devices") or () if isinstance(d, Mapping)
             ],
         },
     }
@@ -119,6 +118,7 @@ def intents_to_record(
     *,
     can_serve: Callable[[str | None, str | None, str | None], bool] | None = None,
     allocated: set[Key] | None = None,
+    catalog: Catalog | None = None,
 ) -> tuple[list[DraIntent], list[tuple[PodRef, str]]]:
     """The intents to record on pending DRA pods, and the pods whose claims do not parse.
 
@@ -135,7 +135,9 @@ def intents_to_record(
     others' demand, and a pod left with no GPU demand gets no intent (it follows the
     claim to its node). ``can_serve(pool, model, vendor)``: whether a NodePool (``pool``,
     the one the pod selects by ``karpenter.sh/nodepool``, or None: any) can make such
-    GPUs, for ``firstAvailable`` alternatives. Returns ``(intents, [(pod, error)])``.
+    GPUs, for ``firstAvailable`` alternatives. ``catalog``: the GPU catalog inference
+    reads (None: `intent.inference.infer`'s default). Returns ``(intents, [(pod,
+    error)])``.
     """
     considered: list[Mapping[str, Any]] = []
     taken: set[Key] = set(allocated or ())
@@ -172,7 +174,7 @@ def intents_to_record(
         selected = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(NODEPOOL_LABEL)
         serve = functools.partial(can_serve, selected) if can_serve is not None else None
         try:
-            inferred = infer(pod, reasons=False, claims=sources, can_serve=serve)
+            inferred = infer(pod, reasons=False, claims=sources, can_serve=serve, catalog=catalog)
         except IntentError as e:
             errors.append((ref, str(e)))
             continue

@@ -12,17 +12,12 @@ from typing import Any
 
 from tenacity import RetryCallState
 
+from controller.cache import InformerCache, Kind
 from controller.dra import DraIntent, intents_to_record
 from controller.informer import InformerSpec
-from controller.state import (
-    NAMESPACES,
-    NODEPOOLS,
-    PENDING_PODS,
-    RESOURCECLAIMS,
-    RESOURCESLICES,
-    ClusterState,
-)
+from controller.metrics import Lane
 from intent import kube as kube_api
+from intent.catalog import Catalog
 from intent.contract import ANNOTATION_SOURCE
 from intent.kube import Kube, KubeError
 from intent.logs import about
@@ -32,8 +27,8 @@ log = logging.getLogger(__name__)
 
 #: The informers that follow DRA objects, once `dra_served` says so.
 DRA_INFORMERS = (
-    InformerSpec(RESOURCECLAIMS, kube_api.RESOURCECLAIMS),
-    InformerSpec(RESOURCESLICES, kube_api.RESOURCESLICES),
+    InformerSpec(Kind.RESOURCECLAIMS, kube_api.RESOURCECLAIMS),
+    InformerSpec(Kind.RESOURCESLICES, kube_api.RESOURCESLICES),
 )
 
 
@@ -69,25 +64,28 @@ class DraIntents:
 
     Args:
         kube: the API adapter.
-        state: the cache (what is read, and told what was written).
+        cache: the informer cache (what is read, and told what was written).
         gpu_name_label: the node label carrying the GPU model (which pools can serve).
         write: one API write through the executor's slots
-            (`controller.reconciler.Controller._write`).
-        each: acts on every intent, a few at a time
-            (`controller.reconciler.Controller._each`).
+            (`controller.executor.Executor.write`).
+        each: acts on every intent, a few at a time (`controller.executor.Executor.each`).
+        catalog: the GPU catalog inference reads (None: `intent.inference.infer`'s
+            default).
     """
 
     def __init__(
         self,
         kube: Kube,
-        state: ClusterState,
+        cache: InformerCache,
         gpu_name_label: str,
         *,
-        write: Callable[[str, Awaitable[Any]], Awaitable[Any]],
+        write: Callable[[Lane, Awaitable[Any]], Awaitable[Any]],
         each: Callable[[Callable[[Any], Awaitable[Any]], Sequence[Any]], Awaitable[None]],
+        catalog: Catalog | None = None,
     ) -> None:
         self._kube = kube
-        self._state = state
+        self._cache = cache
+        self._catalog = catalog
         self._label = gpu_name_label
         self._write = write
         self._each = each
@@ -100,14 +98,13 @@ class DraIntents:
         """Write the intents of pending DRA pods (`controller.dra.intents_to_record`),
         when the pods, claims, NodePools or opted-in namespaces changed since the last
         time. A written pod is served like any other from the next pass on."""
-        state = self._state
-        seen = tuple(
-            state.version(kind) for kind in (PENDING_PODS, RESOURCECLAIMS, NODEPOOLS, NAMESPACES)
-        )
+        cache = self._cache
+        kinds = (Kind.PENDING_PODS, Kind.RESOURCECLAIMS, Kind.NODEPOOLS, Kind.NAMESPACES)
+        seen = tuple(cache.version(kind) for kind in kinds)
         if seen == self._seen:
             return
         self._seen = seen
-        pools = [p for p in state.nodepools().values() if p.ready and p.makes_gpus()]
+        pools = [p for p in cache.nodepools().values() if p.ready and p.makes_gpus()]
         label = self._label
 
         def can_serve(pool: str | None, model: str | None, vendor: str | None) -> bool:
@@ -116,13 +113,14 @@ class DraIntents:
                 for p in pools
             )
 
-        claims = state.claim_specs()
+        claims = cache.claim_specs()
         intents, errors = intents_to_record(
-            state.claiming_pods(),
+            cache.claiming_pods(),
             claims,
-            state.opted_in(),
+            cache.opted_in(),
             can_serve=can_serve,
-            allocated=state.allocated_claims(),
+            allocated=cache.allocated_claims(),
+            catalog=self._catalog,
         )
         for ref, error in errors:
             if (ref.namespace, ref.name) not in self._reported:
@@ -135,13 +133,13 @@ class DraIntents:
         ref = intent.ref
         try:
             obj = await self._write(
-                "intent", self._kube.annotate_pod(ref.namespace, ref.name, intent.annotations)
+                Lane.INTENT, self._kube.annotate_pod(ref.namespace, ref.name, intent.annotations)
             )
         except KubeError as e:
             log.warning("recording the DRA intent of pod %s: %s", ref, e, extra=about(ref))
             self._seen = ()  # try again next pass
             return
-        self._state.expect(PENDING_PODS, obj)
+        self._cache.expect(Kind.PENDING_PODS, obj)
         log.info(
             "pod %s: recorded its intent from its ResourceClaims (%s)%s",
             ref,

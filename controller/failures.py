@@ -78,7 +78,7 @@ def trigger_failure(
       its limits (same uid, or none recorded), and no NodeClaim is linked;
     - the NodeClaim recorded on it (``gpu-intent.io/nodeclaim``) is gone or being
       deleted and was not Ready, or ``lost`` names a NodeClaim that carried its marker
-      and was deleted before it registered (`controller.state.ClusterState.lost_claims`:
+      and was deleted before it registered (`controller.memory.Memory.lost_claims`:
       the link may not have been written before), and no other NodeClaim is linked
       (``linked``, from `controller.plan.link_claims`);
     - ``linked`` is not Ready ``init_timeout_seconds`` after its creation. It is

@@ -1,5 +1,6 @@
-"""A reconcile pass that costs what changed: `plan` over `ClusterState`, re-planning only
-the partitions whose inputs changed since the previous pass.
+"""A reconcile pass that costs what changed: `plan` over the informer cache and the
+controller's memory (`controller.cache.InformerCache`, `controller.memory.Memory`),
+re-planning only the partitions whose inputs changed since the previous pass.
 
 `plan` is a pure function of the whole cluster; calling it on every pass walks every
 pending pod (about 180 ms at 10,000 pods). But its decisions about the pods and triggers
@@ -9,7 +10,7 @@ covers, the configuration and ``now``), not on the items of another partition, w
 three exceptions checked here: the trigger budget (``max_triggers``), a NodeClaim that
 triggers of two partitions point to, and a group that spans two partitions. So a pass:
 
-1. reads the cache's change journal (`ClusterState.changes`) and re-parses only the pods
+1. reads the cache's change journal (`InformerCache.changes`) and re-parses only the pods
    and triggers that changed, moving them between partitions;
 2. per partition, reuses the previous pass's result when nothing it reads changed (the
    budget left included), the result decided nothing (a result that decided something
@@ -35,9 +36,11 @@ from datetime import datetime
 from decimal import Decimal
 from itertools import chain
 
+from controller.cache import InformerCache, Key, Kind, parse_served_pod, pool_label_keys
 from controller.capacity import fresh_claims, nodes_to_label
 from controller.decisions import LabelNode, Plan, PlanConfig, Snapshot
 from controller.failures import init_overdue
+from controller.memory import Memory
 from controller.model import (
     GroupKey,
     InvalidPod,
@@ -50,21 +53,7 @@ from controller.model import (
 from controller.nodes import NodeClaimInfo, NodeInfo, NodePoolInfo, Nomination, Refusal
 from controller.plan import partition, plan, time_sensitive
 from controller.pools import PoolKey, pool_key
-from controller.state import (
-    NAMESPACES,
-    NODECLAIMS,
-    NODEPOOLS,
-    NODES,
-    NOMINATIONS,
-    PENDING_PODS,
-    REFUSALS,
-    RESOURCESLICES,
-    TRIGGERS,
-    ClusterState,
-    Key,
-    parse_served_pod,
-    pool_label_keys,
-)
+from controller.snapshot import used
 
 log = logging.getLogger(__name__)
 
@@ -109,14 +98,16 @@ class Pass:
 
 
 class IncrementalPlanner:
-    """Plans passes over ``state`` with ``config``, reusing what did not change.
+    """Plans passes over ``cache`` and ``memory`` with ``config``, reusing what did not
+    change.
 
-    The planner is the only reader of ``state``'s change journal. Not thread-safe; one
+    The planner is the only reader of ``cache``'s change journal. Not thread-safe; one
     per controller.
     """
 
-    def __init__(self, state: ClusterState, config: PlanConfig) -> None:
-        self._state = state
+    def __init__(self, cache: InformerCache, memory: Memory, config: PlanConfig) -> None:
+        self._cache = cache
+        self._memory = memory
         self._config = config
         self._parts: dict[Part, _Partition] = {}
         self._pod_part: dict[Key, Part] = {}
@@ -149,7 +140,7 @@ class IncrementalPlanner:
         changed, merge. ``create_tokens``: trigger creations the rate limit allows (None:
         no limit). Pure apart from the cache it reads and its own memo."""
         self._tokens = create_tokens
-        self._state.expire_expectations()
+        self._cache.expire_expectations()
         reparse, relink = self._refresh_shared(now)
         self._refresh_pods(reparse)
         relink |= self._refresh_triggers()
@@ -191,7 +182,7 @@ class IncrementalPlanner:
                 memo = part.memo = _Memo(key, plan(snapshot, self._config), sensitive)
                 replanned += 1
             results.append(memo.plan)
-        scheduled = self._state.scheduled()
+        scheduled = self._memory.scheduled()
         creates = [len(r.creates) for r in results]
         # A partition that used the whole budget may have wanted more: the partitions may
         # have competed for it, and only a whole plan says who gets it.
@@ -203,7 +194,7 @@ class IncrementalPlanner:
         # node of a model), and they change with ``now`` alone: plan those passes whole.
         capacity = bool(self._covers) or any(m.time_sensitive for m in self._memos())
         config = self._config
-        last_bind = self._state.last_bind()
+        last_bind = self._memory.last_bind()
         capacity = capacity or fresh_claims(
             self._claims, now, config.cover_seconds, config.cover_max_seconds, last_bind
         )
@@ -276,29 +267,29 @@ class IncrementalPlanner:
             self._removals,
             self._tokens,
             decide_labels,
-            self._state.last_bind(),
+            self._memory.last_bind(),
             self._lost,
         )
 
     def _refresh_shared(self, now: datetime) -> tuple[bool, bool]:
         """Re-read the inputs every partition shares, where they changed. Returns
         (every pod must be re-parsed, the NodeClaim sharing check must run again)."""
-        state = self._state
+        cache, memory = self._cache, self._memory
         seen = (
-            state.version(NODEPOOLS),
-            state.version(NODECLAIMS),
-            state.version(NOMINATIONS),
-            state.covers_version(),
-            state.version(NAMESPACES),
-            state.version(NODES),
-            state.version(REFUSALS),
-            state.version(RESOURCESLICES),
+            cache.version(Kind.NODEPOOLS),
+            cache.version(Kind.NODECLAIMS),
+            cache.version(Kind.NOMINATIONS),
+            memory.version(),
+            cache.version(Kind.NAMESPACES),
+            cache.version(Kind.NODES),
+            cache.version(Kind.REFUSALS),
+            cache.version(Kind.RESOURCESLICES),
         )
         before = self._seen or (-1,) * len(seen)
         self._seen = seen
         reparse = relink = shared = False
         if seen[0] != before[0]:
-            pools = state.nodepools()
+            pools = cache.nodepools()
             if pools != self._pools:
                 # Which pool a pod resolves to may change: re-partition every pod.
                 self._pools = pools
@@ -306,43 +297,43 @@ class IncrementalPlanner:
                 self._part_of.clear()
                 shared = reparse = True
         if seen[1] != before[1] or seen[7] != before[7]:
-            self._claims = state.nodeclaims()
-            self._lost = state.lost_claims()
+            self._claims = cache.nodeclaims()
+            self._lost = memory.lost_claims()
             shared = relink = True
         if seen[2] != before[2] or self._undated:
             # An undated nomination is compared with ``now``: read them every pass then.
-            nominations = state.nominations(now)
+            nominations = cache.nominations(now)
             self._undated = any(n.seen is None for n in nominations.values())
             if nominations != self._nominations:
                 self._nominations = nominations
                 shared = relink = True
         if seen[3] != before[3]:
-            covers = state.covers()
+            covers = memory.covers()
             if covers != self._covers:
                 self._covers = covers
                 shared = True
-            retries, removals = state.retries(), state.removals()
+            retries, removals = memory.retries(), memory.removals()
             if retries != self._retries or removals != self._removals:
                 self._retries, self._removals = retries, removals
                 shared = True
         if seen[6] != before[6]:
-            refusals = state.refusals(now)
+            refusals = cache.refusals(now)
             if refusals != self._refusals:
                 self._refusals = refusals
                 shared = True
         if seen[4] != before[4]:
-            opted_in = state.opted_in()
+            opted_in = cache.opted_in()
             if opted_in != self._opted_in:
                 self._opted_in = opted_in
                 reparse = True
         if seen[5] != before[5]:
-            nodes = state.nodes()
+            nodes = cache.nodes()
             if nodes != self._nodes:
                 self._nodes = nodes
                 shared = True
-        used = state.used()  # small (a few nodes): compared every pass
-        if used != self._used:
-            self._used = used
+        used_now = used(cache, memory)  # small (a few nodes): compared every pass
+        if used_now != self._used:
+            self._used = used_now
             shared = True
         if shared:
             self._shared_version += 1
@@ -350,14 +341,14 @@ class IncrementalPlanner:
 
     def _refresh_pods(self, reparse: bool) -> None:
         """Re-parse the pending pods that changed (all of them when ``reparse``)."""
-        state = self._state
-        changed = state.changes(PENDING_PODS)
+        cache = self._cache
+        changed = cache.changes(Kind.PENDING_PODS)
         if changed is None or reparse:
-            changed = set(self._pod_part) | set(state.keys(PENDING_PODS))
+            changed = set(self._pod_part) | set(cache.keys(Kind.PENDING_PODS))
         if reparse:
             self._pod_rv.clear()
         for key in changed:
-            obj = state.current(PENDING_PODS, key)
+            obj = cache.current(Kind.PENDING_PODS, key)
             rv = str(((obj or {}).get("metadata") or {}).get("resourceVersion", ""))
             if obj is not None and rv and self._pod_rv.get(key) == rv:
                 continue  # the same object as before (a relist, an expectation met)
@@ -368,7 +359,7 @@ class IncrementalPlanner:
             if parsed is None:
                 continue
             if key[0] not in self._opted_in:
-                state.log_ignored(*key)
+                cache.log_ignored(*key)
                 continue
             self._add_pod(key, parsed, rv)
 
@@ -404,13 +395,13 @@ class IncrementalPlanner:
 
     def _refresh_triggers(self) -> bool:
         """Re-parse the trigger pods that changed; True when any did."""
-        state = self._state
-        changed = state.changes(TRIGGERS)
+        cache = self._cache
+        changed = cache.changes(Kind.TRIGGERS)
         if changed is None:
-            changed = set(self._trigger_part) | set(state.keys(TRIGGERS))
+            changed = set(self._trigger_part) | set(cache.keys(Kind.TRIGGERS))
         for key in changed:
             self._remove_trigger(key)
-            obj = state.current(TRIGGERS, key)
+            obj = cache.current(Kind.TRIGGERS, key)
             if obj is None:
                 continue
             trigger = parse_trigger(obj)

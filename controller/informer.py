@@ -1,4 +1,4 @@
-"""List-then-watch loops that keep `ClusterState` current (client-go's reflector, in small).
+"""List-then-watch loops that keep `controller.cache.InformerCache` current (client-go's reflector, in small).
 
 Each informer lists, then watches from the list's resourceVersion, following bookmarks;
 when the server ends the watch (its ``timeoutSeconds``, a restart, a load balancer's idle
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 from tenacity import RetryCallState, wait_random_exponential
 
+from controller.cache import InformerCache, Kind
 from controller.metrics import ControllerMetrics
-from controller.state import ClusterState
 from intent.kube import Kube, KubeError, Obj, Resource
 from intent.retry import retrying
 
@@ -46,7 +46,7 @@ class InformerSpec:
     listed one as ``("LISTED", obj)`` then ``("SYNCED", {})`` once the list is in, and
     every watch event as ``(type, obj)`` (metrics that need transitions hook here)."""
 
-    kind: str
+    kind: Kind
     resource: Resource
     namespace: str | None = None
     label_selector: str | None = None
@@ -73,7 +73,7 @@ def _reason(error: KubeError) -> str:
 
 
 class Informer:
-    """Keeps ``state`` current for one `InformerSpec`; calls ``on_change`` after each
+    """Keeps ``cache`` current for one `InformerSpec`; calls ``on_change`` after each
     update. ``watch_seconds``: the server-side watch timeout asked for (seconds);
     ``min_backoff``/``max_backoff``: the first window and the cap of the relist backoff
     (seconds); ``sleep``: how to wait (tests record the waits); ``metrics``: where its
@@ -84,7 +84,7 @@ class Informer:
         self,
         kube: Kube,
         spec: InformerSpec,
-        state: ClusterState,
+        cache: InformerCache,
         on_change: Callable[[], None],
         *,
         watch_seconds: int = 300,
@@ -96,7 +96,7 @@ class Informer:
         self.kube = kube
         self.metrics = metrics if metrics is not None else ControllerMetrics(CollectorRegistry())
         self.spec = spec
-        self.state = state
+        self.cache = cache
         self.on_change = on_change
         self.watch_seconds = watch_seconds
         self.min_backoff = min_backoff
@@ -155,13 +155,13 @@ class Informer:
             namespace=spec.namespace,
             label_selector=spec.label_selector,
             field_selector=spec.field_selector,
-            keep=self.state.keeper(spec.kind),
+            keep=self.cache.keeper(spec.kind),
         )
         if spec.observe is not None:
             for item in items:
                 spec.observe("LISTED", item)
             spec.observe("SYNCED", {})
-        self.state.replace(spec.kind, items, kept=True)
+        self.cache.replace(spec.kind, items, kept=True)
         self.synced.set()
         self.metrics.informer_synced.labels(spec.kind).set(1)
         self.on_change()
@@ -188,7 +188,7 @@ class Informer:
             if event_type in ("ADDED", "MODIFIED", "DELETED"):
                 if spec.observe is not None:
                     spec.observe(event_type, obj)
-                self.state.apply(spec.kind, event_type, obj)
+                self.cache.apply(spec.kind, event_type, obj)
                 self.on_change()
         if not seen and time.monotonic() - started < SHORT_WATCH_SECONDS:
             # The informer's judgement, not a failed call: counted as a restart (error),

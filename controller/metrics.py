@@ -12,6 +12,7 @@ launch timeout 5 min, registration 15 min).
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -26,6 +27,7 @@ from prometheus_client import (
 )
 
 from controller.model import TRIGGER_MARKER_KEY
+from intent.contract import Phase
 
 #: Karpenter's NodeClaim conditions in the order a NodeClaim passes them (karpenter
 #: pkg/apis/v1/nodeclaim_status.go: ConditionTypeLaunched, ConditionTypeRegistered,
@@ -33,6 +35,26 @@ from controller.model import TRIGGER_MARKER_KEY
 NODECLAIM_PHASES: tuple[str, ...] = ("Launched", "Registered", "Initialized", "Ready")
 #: Seconds: a pass whose writes meet 429s and 500s waits out their retries, up to a minute.
 RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class Lane(enum.StrEnum):
+    """The kinds of API write the controller makes: the ``operation`` label of
+    ``gpu_intent_operations_total``, and the write slots of `controller.executor.Executor`."""
+
+    CREATE = "create"
+    DELETE = "delete"
+    MARK = "mark"
+    LINK = "link"
+    LABEL = "label"
+    PROTECT = "protect"
+    DELETE_NODECLAIM = "delete-nodeclaim"
+    #: Reports (`controller.reports.StatusWriter`): scale-up statuses and their Events.
+    STATUS = "status"
+    EVENT = "event"
+    #: DRA pods' intents (`controller.dra_intents.DraIntents`).
+    INTENT = "intent"
+
+
 #: The results of a scale-up (`scale_up_result`; ``cancelled``: deleted before a node).
 SCALE_UP_RESULTS: tuple[str, ...] = ("success", "failed", "cancelled")
 
@@ -153,6 +175,13 @@ class ControllerMetrics:
         )
         for result in SCALE_UP_RESULTS:
             self.scale_ups.labels(result)  # exported at 0 from the start: a rate has both sides
+        self._add_watch_metrics(registry)
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+
+    def _add_watch_metrics(self, registry: CollectorRegistry) -> None:
+        """The metrics of what the controller watches: NodeClaims' provisioning, API
+        errors and the informers."""
         self.nodeclaim_provision_seconds = Histogram(
             "gpu_intent_nodeclaim_provision_seconds",
             "From the creation of a NodeClaim bought for gpu-intent triggers to each of its "
@@ -194,8 +223,6 @@ class ControllerMetrics:
             ["informer"],
             registry=registry,
         )
-        ProcessCollector(registry=registry)
-        PlatformCollector(registry=registry)
 
     def count_api_error(self, verb: str, code: int) -> None:
         """One failed API call (`intent.kube.ApiErrorCounter`, how the `intent.kube.Kube`
@@ -215,7 +242,8 @@ def scale_up_result(phase: str) -> str | None:
     """The ``gpu_intent_scale_ups_total`` result a written status phase ends a scale-up
     with (``Scheduled``: success, ``Failed``: failed), or None for a phase on the way.
     Pure."""
-    return {"Scheduled": "success", "Failed": "failed"}.get(phase)
+    results: dict[str, str] = {Phase.SCHEDULED: "success", Phase.FAILED: "failed"}
+    return results.get(phase)
 
 
 def _time(text: object) -> datetime | None:

@@ -16,18 +16,18 @@ from datetime import datetime
 from decimal import Decimal
 
 from controller.model import PendingPod, TriggerInfo
-from intent.contract import Intent
+from intent.contract import Intent, Source
 
-#: Intent source tokens that state a share of one GPU (`gpu_need`): HAMi cores and
+#: Intent sources that state a share of one GPU (`gpu_need`): HAMi cores and
 #: memory percentage, KAI's fraction, tensor-fusion's compute, the user's own ``gpus``.
 SHARE_SOURCES = frozenset(
     {
-        "hami:nvidia.com/gpucores",
-        "hami:nvidia.com/gpumem-percentage",
-        "kai:gpu-fraction",
-        "tensor-fusion:tensor-fusion.ai/compute-percent-request",
-        "tensor-fusion:tensor-fusion.ai/tflops-request",
-        "user:gpu-intent.io/gpus",
+        Source("hami", "nvidia.com/gpucores"),
+        Source("hami", "nvidia.com/gpumem-percentage"),
+        Source("kai", "gpu-fraction"),
+        Source("tensor-fusion", "tensor-fusion.ai/compute-percent-request"),
+        Source("tensor-fusion", "tensor-fusion.ai/tflops-request"),
+        Source("user", "gpu-intent.io/gpus"),
     }
 )
 
@@ -77,13 +77,13 @@ def _card_share(intent: Intent) -> Decimal | None:
     if not intent.gpu_memory_mib or not intent.model_memory_mib:
         return None
     share = Decimal(intent.gpu_memory_mib) / Decimal(intent.model_memory_mib)
-    if any(token.startswith("hami:") for token in intent.source):
+    if any(source.where == "hami" for source in intent.source):
         share = max(share, HAMI_MIN_SHARE)
     return min(share, Decimal(1))
 
 
 def gpu_use(intent: Intent) -> Decimal:
-    """GPUs a pod found bound to a node takes of that node's GPUs (`ClusterState.used`,
+    """GPUs a pod found bound to a node takes of that node's GPUs (`controller.memory.Memory.used`,
     the room behind NodeReady covers and free GPUs in `controller.capacity`): its
     `gpu_need`, except for a pod that states GPU memory on several devices. Buying for
     such a pod needs ``ceil(gpus)`` whole GPUs on one node (its vGPUs go to distinct

@@ -84,7 +84,7 @@ from controller.packing import Bin, TriggerCapacity, gpu_need, pack
 from controller.pools import PoolResolver, resolve_pool
 from controller.statuses import Told
 from controller.triggers import LINKED_REASON, trigger_name, trigger_pod
-from intent.contract import Phase
+from intent.contract import Phase, Source
 from intent.keys import NVIDIA_GPU, UNSCHEDULABLE
 
 # `PlanConfig` lives in `controller.decisions`; the command (`gpu_intent`) imports it
@@ -533,7 +533,7 @@ def is_native(pod: PendingPod) -> bool:
     ``resources:nvidia.com/gpu``)."""
     if pod.unsimulatable:
         return False
-    return any(token == f"resources:{NVIDIA_GPU}" for token in pod.intent.source) and (
+    return Source("resources", NVIDIA_GPU) in pod.intent.source and (
         pod.intent.gpus == pod.intent.gpus.to_integral_value()
     )
 

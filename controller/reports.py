@@ -1,7 +1,7 @@
 """The status writer: scale-up statuses and their Events, written by a task of its own.
 
 `controller.plan.plan` decides what pods are told (`controller.decisions.SetStatus`);
-the executor (`controller.reconciler.Controller`) queues those here and never waits for
+the executor (`controller.executor.Executor`) queues those here and never waits for
 them, so a burst of 10,000 pods is told over minutes (the report rate limit) while the
 passes go on deleting and marking triggers. The latest status per pod wins, and one
 equal to what is being written already is dropped, so no Event is recorded twice.
@@ -18,10 +18,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from controller.cache import InformerCache, Kind
 from controller.decisions import Event, SetStatus
-from controller.metrics import ControllerMetrics
+from controller.memory import Memory
+from controller.metrics import ControllerMetrics, Lane
 from controller.model import ANNOTATION_RETRY, PodRef
-from controller.state import PENDING_PODS, ClusterState
 from intent.contract import ANNOTATION_SCALE_UP, Phase
 from intent.kube import Kube, KubeError
 from intent.logs import about
@@ -31,9 +32,9 @@ log = logging.getLogger(__name__)
 COMPONENT = "gpu-intent-controller"
 
 #: One API write through the executor's report slots and rate limit
-#: (`controller.reconciler.Controller._write`): the operation's name and its call.
-Write = Callable[[str, Awaitable[Any]], Awaitable[Any]]
-#: Acting on every item, a few at a time (`controller.reconciler.Controller._each`).
+#: (`controller.executor.Executor.write`): the write's lane and its call.
+Write = Callable[[Lane, Awaitable[Any]], Awaitable[Any]]
+#: Acting on every item, a few at a time (`controller.executor.each`).
 Each = Callable[[Callable[[Any], Awaitable[Any]], Sequence[Any]], Awaitable[None]]
 
 
@@ -70,7 +71,9 @@ class StatusWriter:
 
     Args:
         kube: the API adapter.
-        state: the cache, told what was written (and of pods found gone).
+        cache: the informer cache, told what was written.
+        memory: the controller's memory, told of final statuses written (and of pods
+            found gone) and of retry states the annotation now shows.
         write: one report write (slots and rate limit are the caller's).
         each: acts on a batch of statuses a few at a time.
         now: wall clock for the Events.
@@ -84,7 +87,8 @@ class StatusWriter:
     def __init__(
         self,
         kube: Kube,
-        state: ClusterState,
+        cache: InformerCache,
+        memory: Memory,
         *,
         write: Write,
         each: Each,
@@ -95,7 +99,8 @@ class StatusWriter:
     ) -> None:
         self._kube = kube
         self._metrics = metrics if metrics is not None else ControllerMetrics(CollectorRegistry())
-        self._state = state
+        self._cache = cache
+        self._memory = memory
         self._write = write
         self._each = each
         self._now = now
@@ -142,23 +147,23 @@ class StatusWriter:
             annotations[ANNOTATION_RETRY] = change.retry.to_annotation()
         try:
             obj = await self._write(
-                "status", self._kube.annotate_pod(ref.namespace, ref.name, annotations)
+                Lane.STATUS, self._kube.annotate_pod(ref.namespace, ref.name, annotations)
             )
         except KubeError as e:
             if e.not_found:
-                self._state.forget_scheduled((ref.namespace, ref.name))
+                self._memory.forget_scheduled((ref.namespace, ref.name))
                 return True  # the pod is gone: nothing left to tell
             log.warning("updating scale-up status of pod %s: %s", ref, e, extra=about(ref))
             return False
         if change.retry is not None:
-            self._state.release_retry((ref.namespace, ref.name), change.retry)
+            self._memory.release_retry((ref.namespace, ref.name), change.retry)
         self._metrics.record_scale_up(change.status.phase)
         if change.status.phase == Phase.SCHEDULED:
-            self._state.forget_scheduled((ref.namespace, ref.name))
+            self._memory.forget_scheduled((ref.namespace, ref.name))
             if change.seconds_to_node is not None:
                 self._metrics.time_to_node.observe(max(0.0, change.seconds_to_node))
         elif not (obj.get("spec") or {}).get("nodeName"):
-            self._state.expect(PENDING_PODS, obj)
+            self._cache.expect(Kind.PENDING_PODS, obj)
         log.info(
             "pod %s: %s: %s", ref, change.status.phase, change.status.message, extra=about(ref)
         )
@@ -169,7 +174,7 @@ class StatusWriter:
     async def _event(self, ref: PodRef, event: Event) -> None:
         try:
             await self._write(
-                "event",
+                Lane.EVENT,
                 self._kube.create_event(
                     ref.namespace, event_body(ref, event, self._now(), self._instance)
                 ),

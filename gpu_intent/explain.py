@@ -241,7 +241,7 @@ def _explain_one(template: Template, catalog: Catalog | None, claims: ClaimIndex
 
 def explain(documents: Iterable[Document], catalog: Catalog | None = None) -> list[Explanation]:
     """One `Explanation` per pod template in ``documents``, in order (``catalog``: the GPU
-    catalog, default the active one); DRA claims resolve against the ResourceClaims and
+    catalog, default the built-in one); DRA claims resolve against the ResourceClaims and
     ResourceClaimTemplates among ``documents``. Pure: a function of its arguments."""
     documents = list(documents)
     claims = claim_index(d.body for d in documents)

@@ -7,8 +7,10 @@ merges over it (`load_catalog`), so an operator can add a GPU or an instance typ
 ``--catalog FILE`` (a mounted ConfigMap) without a release.
 
 Lookups are pure and cheap: a normalized spelling is a dict key, and every answer is
-remembered. The process loads one catalog at start (`use_catalog`) and every review reads
-it through `active_catalog`; nothing is read from disk per review.
+remembered. There is no process-wide catalog: whoever infers passes the `Catalog` it
+loaded once at start (``gpu-intent webhook --catalog FILE`` gives it to the webhook's
+app, ``explain`` to `intent.inference.infer`); a caller that passes none gets the
+built-in `default_catalog`. Nothing is read from disk per review.
 """
 
 from __future__ import annotations
@@ -30,11 +32,9 @@ __all__ = [
     "Gpu",
     "GpuMatch",
     "InstanceGpus",
-    "active_catalog",
     "default_catalog",
     "load_catalog",
     "normalize",
-    "use_catalog",
 ]
 
 #: Vendors the catalog knows, by device-plugin resource domain (nvidia.com/gpu, amd.com/gpu).
@@ -398,25 +398,14 @@ def load_catalog(override: str | Path | None = None) -> Catalog:
 
 
 _default: Catalog | None = None
-_active: Catalog | None = None
 
 
 def default_catalog() -> Catalog:
-    """The built-in catalog, loaded once per process."""
+    """The built-in catalog (``catalog.yaml`` alone), loaded once per process: what
+    inference uses when its caller passes no catalog. Nothing changes it; a ``--catalog``
+    file is loaded into a `Catalog` of its own (`load_catalog`)."""
     global _default
     if _default is None:
         _default = load_catalog()
     return _default
 
-
-def use_catalog(catalog: Catalog | None) -> None:
-    """Make ``catalog`` the one `active_catalog` returns (None: the built-in one again).
-    The webhook and ``explain`` call this once at start, with ``--catalog FILE`` loaded."""
-    global _active
-    _active = catalog
-
-
-def active_catalog() -> Catalog:
-    """The catalog inference uses when given none: the one set by `use_catalog`, else the
-    built-in one."""
-    return _active if _active is not None else default_catalog()

@@ -17,6 +17,7 @@ Annotation values (all strings, as Kubernetes requires):
                                   A100 is ``a100`` with ``81920``; never demand, so it does
                                   not change how GPUs are summed
 ``gpu-intent.io/source``          comma list of ``<where>:<key>`` the intent was inferred from
+                                  (each a `Source`)
 ==============================  ======================================================
 
 The controller adds ``gpu-intent.io/scale-up`` (see `ANNOTATION_SCALE_UP`) to report progress.
@@ -27,7 +28,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
 DOMAIN = "gpu-intent.io"
@@ -61,10 +62,6 @@ class Phase(enum.StrEnum):
     FAILED = "Failed"
 
 
-def source_kind(token: str) -> str:
-    """The ``<where>`` part of a `ANNOTATION_SOURCE` token: ``"hami"`` for
-    ``"hami:nvidia.com/gpumem"`` (the whole token when it has no ``:``)."""
-    return token.split(":", 1)[0]
 
 INTENT_ANNOTATIONS: tuple[str, ...] = (
     ANNOTATION_VERSION,
@@ -122,6 +119,57 @@ class IntentError(ValueError):
     """
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class Source:
+    """Where one part of an `Intent` was read: one token of `ANNOTATION_SOURCE`.
+
+    Attributes:
+        where: the kind of source: ``hami``, ``kai``, ``tensor-fusion``, ``resources``,
+            ``nodeSelector``, ``nodeAffinity``, ``user``, ``dra``, ``mig``, or ``rule``
+            for an ambiguity resolved by rule; no ``:`` nor ``,``.
+        key: what was read there: a resource, annotation or label key
+            (``nvidia.com/gpumem``), a claim name, a MIG profile, or the rule's name
+            (``model-earlier-source``); no ``,``, may hold ``:``. ``""`` for a token
+            without one (only read back from a hand-written annotation).
+
+    ``token`` (also ``str``) is the annotation's text, ``where:key``
+    (``hami:nvidia.com/gpumem``; ``where`` alone when ``key`` is empty), made once; `parse`
+    reads one back, so ``Source.parse(s.token) == s``. Sorted by ``where``, then ``key``.
+    Readers make the sources of fixed keys once, at import: a review makes few.
+
+    Raises:
+        IntentError: the token would be empty, or a part holds a character it may not.
+    """
+
+    where: str
+    key: str = ""
+    token: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        where, key = self.where, self.key
+        if ":" in where or "," in where or "," in key or not (where or key):
+            raise IntentError(
+                f"source ({where!r}, {key!r}) must be non-empty and comma-free,"
+                " with no ':' in where"
+            )
+        object.__setattr__(self, "token", f"{where}:{key}" if key else where)
+
+    def __str__(self) -> str:
+        return self.token
+
+    @classmethod
+    def parse(cls, token: str) -> Source:
+        """The source a token names: ``"hami:nvidia.com/gpumem"`` ->
+        ``Source("hami", "nvidia.com/gpumem")``, split at the first ``:`` (a token
+        without one is all ``where``; ``"x:"`` reads as ``Source("x")``).
+
+        Raises:
+            IntentError: ``token`` is empty or holds a ``,``.
+        """
+        where, _, key = token.partition(":")
+        return cls(where, key)
+
+
 @dataclass(frozen=True, slots=True)
 class Intent:
     """What one pod needs in GPUs, as the webhook inferred it.
@@ -135,15 +183,17 @@ class Intent:
         gpu_memory_mib: GPU memory per GPU in MiB, or None when unknown.
         model_memory_mib: MiB per GPU of the model variant the pod names (``81920`` for
             the 80 GB A100), or None when the pod names no variant. Not demand.
-        source: where each part was inferred from, e.g.
-            ``("hami:nvidia.com/gpumem", "hami:nvidia.com/use-gputype")``.
+        source: where each part was inferred from, in order, each once, e.g.
+            ``(Source("hami", "nvidia.com/gpumem"), Source("hami", "nvidia.com/use-gputype"))``
+            (annotation ``hami:nvidia.com/gpumem,hami:nvidia.com/use-gputype``); a token
+            string is a `TypeError`.
     """
 
     gpus: Decimal
     model: str | None = None
     pool: str | None = None
     gpu_memory_mib: int | None = None
-    source: tuple[str, ...] = ()
+    source: tuple[Source, ...] = ()
     model_memory_mib: int | None = None
 
     def __post_init__(self) -> None:
@@ -156,16 +206,16 @@ class Intent:
         for key, mib in (("gpu-memory", self.gpu_memory_mib), ("model-memory", self.model_memory_mib)):
             if mib is not None:
                 check_mib(mib, key)
-        for token in self.source:
-            if "," in token or not token:
-                raise IntentError(f"source token {token!r} must be non-empty and comma-free")
+        for source in self.source:
+            if type(source) is not Source:  # a token string: fail here, not where it is read
+                raise TypeError(f"Intent.source holds {source!r}, not a Source")
 
     def to_annotations(self) -> dict[str, str]:
         """Render as pod annotations (keys from this module, string values)."""
         out = {
             ANNOTATION_VERSION: CONTRACT_VERSION,
             ANNOTATION_GPUS: format_gpus(self.gpus),
-            ANNOTATION_SOURCE: ",".join(self.source),
+            ANNOTATION_SOURCE: ",".join([s.token for s in self.source]),
         }
         if self.model is not None:
             out[ANNOTATION_MODEL] = self.model
@@ -198,7 +248,7 @@ class Intent:
         memory = _mib(annotations, ANNOTATION_GPU_MEMORY)
         model_memory = _mib(annotations, ANNOTATION_MODEL_MEMORY)
         raw_source = annotations.get(ANNOTATION_SOURCE, "")
-        source = tuple(t for t in raw_source.split(",") if t)
+        source = tuple(Source.parse(t) for t in raw_source.split(",") if t)
         return cls(
             gpus=gpus,
             model=annotations.get(ANNOTATION_MODEL) or None,

@@ -16,7 +16,7 @@ from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any, Final
 
 from intent import keys
-from intent.contract import IntentError, check_mib, format_gpus
+from intent.contract import IntentError, Source, check_mib, format_gpus
 from intent.quantity import quantity_or_reason, to_mib
 from intent.text import show
 
@@ -77,16 +77,30 @@ MAX_WARNING: Final = 108
 #: review's work small however large the pod.
 MAX_CONTAINERS: Final = 256
 
+#: The rule token of `read_demand` keeping the first of demand sources that disagree.
+RULE_GPUS_EARLIER: Final = Source("rule", "gpus-earlier-source")
+#: The sources of the keys the readers read, by key, made once (a review makes none).
+_HAMI_SOURCES: Final = {k: Source("hami", k) for k in (GPU_RESOURCE, *_HAMI_RESOURCES)}
+_KAI_SOURCES: Final = {
+    k: Source("kai", k) for k in (KAI_GPU_FRACTION, KAI_GPU_MEMORY, KAI_NUM_DEVICES)
+}
+_TF_SOURCES: Final = {k: Source("tensor-fusion", k) for k in (TF_ENABLED_LABEL, *_TF_ANNOTATIONS)}
+#: Whole-device resources in the order read: (resource, vendor, its source).
+_WHOLE_RESOURCES: Final = tuple(
+    (resource, vendor, Source("resources", resource))
+    for resource, vendor in ((GPU_RESOURCE, "nvidia"), (AMD_GPU_RESOURCE, "amd"))
+)
+
 #: One container's demand: ``(kind, index, container)`` -> GPUs.
 _PerContainer = Callable[[str, int, Mapping[str, Any]], Decimal]
 _ZERO: Final = Decimal(0)
 _ONE: Final = Decimal(1)
 
-def brief(token: str) -> str:
-    """A source token for a warning: ``nodeSelector:karpenter.k8s.aws/instance-gpu-name``
+def brief(source: Source) -> str:
+    """A source for a warning: ``nodeSelector:karpenter.k8s.aws/instance-gpu-name``
     -> ``nodeSelector instance-gpu-name`` (the full token is in the source annotation)."""
-    where, _, key = token.partition(":")
-    return f"{where} {key.rsplit('/', 1)[-1]}" if key else where
+    key = source.key
+    return f"{source.where} {key.rsplit('/', 1)[-1]}" if key else source.where
 
 
 def short(text: str) -> str:
@@ -98,14 +112,15 @@ def short(text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Demand:
-    """What one demand source says: GPUs, its source tokens and the reasoning (``why``,
-    empty when `read_demand` was asked not to explain)."""
+    """What one demand source says: GPUs, its sources and the reasoning (``why``,
+    empty when `read_demand` was asked not to explain); ``gpu_memory_mib`` MiB per GPU
+    and the source that stated it."""
 
     gpus: Decimal
-    source: tuple[str, ...]
+    source: tuple[Source, ...]
     why: str
     gpu_memory_mib: int | None = None
-    memory_source: str | None = None
+    memory_source: Source | None = None
     vendor: str = "nvidia"
 
 
@@ -339,15 +354,15 @@ def _hami(pod: _Containers, explain: bool) -> Demand | None:
     gpus = _pod_total(pod, per_container)
     if gpus <= 0:
         return None
-    source = tuple(f"hami:{key}" for key in (GPU_RESOURCE, *_HAMI_RESOURCES) if key in used)
+    source = tuple(_HAMI_SOURCES[key] for key in (GPU_RESOURCE, *_HAMI_RESOURCES) if key in used)
     why = "; ".join(notes) + " (HAMi places each vGPU of a container on its own GPU)" \
         if explain else ""  # fmt: skip
     return Demand(
         gpus=gpus,
-        source=source or (f"hami:{GPU_RESOURCE}",),
+        source=source or (_HAMI_SOURCES[GPU_RESOURCE],),
         why=why,
         gpu_memory_mib=memory,
-        memory_source=f"hami:{HAMI_GPUMEM}" if memory else None,
+        memory_source=_HAMI_SOURCES[HAMI_GPUMEM] if memory else None,
     )
 
 
@@ -405,8 +420,7 @@ def _kai(annotations: Mapping[str, Any], explain: bool) -> Demand | None:
     """
     if KAI_GPU_FRACTION not in annotations and KAI_GPU_MEMORY not in annotations:
         return None
-    source = [f"kai:{k}" for k in (KAI_GPU_FRACTION, KAI_GPU_MEMORY, KAI_NUM_DEVICES)
-              if k in annotations]  # fmt: skip
+    source = [s for k, s in _KAI_SOURCES.items() if k in annotations]
     devices = 1
     if KAI_NUM_DEVICES in annotations:
         devices = _positive_int(annotations, KAI_NUM_DEVICES)
@@ -434,7 +448,7 @@ def _kai(annotations: Mapping[str, Any], explain: bool) -> Demand | None:
         source=tuple(source),
         why=why,
         gpu_memory_mib=memory,
-        memory_source=f"kai:{KAI_GPU_MEMORY}" if memory else None,
+        memory_source=_KAI_SOURCES[KAI_GPU_MEMORY] if memory else None,
     )
 
 
@@ -455,10 +469,9 @@ def _tensor_fusion(
             and TF_GPU_COUNT not in annotations and TF_VRAM_REQUEST not in annotations \
             and TF_TFLOPS_REQUEST not in annotations and TF_COMPUTE_PERCENT not in annotations:
         return None  # the label and every annotation of _TF_ANNOTATIONS absent
-    source: list[str] = []
+    source: list[Source] = []
 
-    def token(key: str) -> str:
-        return f"tensor-fusion:{key}"
+    token = _TF_SOURCES.__getitem__
 
     count = 1
     if TF_GPU_COUNT in annotations:
@@ -520,12 +533,12 @@ def _whole(pod: _Containers, resource: str) -> Decimal:
 def _whole_gpus(pod: _Containers, explain: bool) -> Demand | None:
     """Whole devices: the pod's effective ``nvidia.com/gpu``, else ``amd.com/gpu``
     request (extended resources of NVIDIA's and AMD's device plugins)."""
-    for resource, vendor in ((GPU_RESOURCE, "nvidia"), (AMD_GPU_RESOURCE, "amd")):
+    for resource, vendor, source in _WHOLE_RESOURCES:
         gpus = _whole(pod, resource)
         if gpus > 0:
             why = f"{_num(gpus)} whole {resource} requested (the pod's effective request)" \
                 if explain else ""  # fmt: skip
-            return Demand(gpus=gpus, source=(f"resources:{resource}",), why=why, vendor=vendor)
+            return Demand(gpus=gpus, source=(source,), why=why, vendor=vendor)
     return None
 
 
@@ -537,8 +550,8 @@ def read_demand(
     warnings: list[str],
     *,
     explain: bool = True,
-) -> tuple[Demand | None, list[str]]:
-    """The first demand source that gives GPUs, and the rule tokens its choice needed.
+) -> tuple[Demand | None, list[Source]]:
+    """The first demand source that gives GPUs, and the rules its choice needed.
 
     Every source is read; one whose fields do not parse is skipped with a warning. A
     sharing layer that disagrees with the chosen one is a warning. ``explain`` False
@@ -574,12 +587,12 @@ def read_demand(
     chosen = found[0][1]
     for name, error in errors:
         warnings.append(short(f"{name} ignored: {error}"))
-    tokens: list[str] = []
+    tokens: list[Source] = []
     for _, other in found[1:]:
         if other.gpus != chosen.gpus:
             warnings.append(short(
                 f"gpus: kept {format_gpus(chosen.gpus)} ({brief(chosen.source[0])}), "
                 f"not {format_gpus(other.gpus)} ({brief(other.source[0])})"
             ))
-            tokens.append("rule:gpus-earlier-source")
+            tokens.append(RULE_GPUS_EARLIER)
     return chosen, tokens

@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, NamedTuple, TypeGuard
 
-from intent.catalog import Catalog, GpuMatch, active_catalog, normalize
-from intent.contract import ANNOTATION_MODEL, is_label_value
+from intent.catalog import Catalog, GpuMatch, default_catalog, normalize
+from intent.contract import ANNOTATION_MODEL, Source, is_label_value
 from intent.demand import HAMI_NOUSE_GPUTYPE, HAMI_USE_GPUTYPE, TF_GPU_MODEL, brief, short, show
 from intent.keys import (
     AWS_GPU_NAME_LABEL,
@@ -102,16 +102,33 @@ MAX_EXPRESSIONS: Final = 256
 #: Longest GPU or instance name read, in characters (a label value holds 63, a qualified
 #: name 253); a longer entry is ignored with a warning.
 MAX_NAME_LENGTH: Final = 253
+#: The rules `choose_model` resolves an ambiguity by (source tokens ``rule:<name>``): an
+#: earlier source wins a disagreement; of several candidates, the first with the GPU
+#: memory the pod states, else the first listed.
+RULE_MODEL_EARLIER: Final = Source("rule", "model-earlier-source")
+RULE_MODEL_MEMORY_FITS: Final = Source("rule", "model-memory-fits")
+RULE_MODEL_FIRST_LISTED: Final = Source("rule", "model-first-listed")
 #: Keys of the pod's node constraints inference reads: GPU-name labels, instance types
 #: and families, and the NodePool label.
 _CONSTRAINT_KEYS: Final = (*_MODEL_KEY_ORDER, NODEPOOL_LABEL)
 _READ_KEYS: Final = frozenset(_CONSTRAINT_KEYS)
+#: The sources of those keys, in ``nodeSelector`` and in required node affinity, and of
+#: the annotations naming or excluding models, made once (a review makes none).
+SELECTOR_SOURCES: Final = {k: Source("nodeSelector", k) for k in _CONSTRAINT_KEYS}
+AFFINITY_SOURCES: Final = {k: Source("nodeAffinity", k) for k in _CONSTRAINT_KEYS}
+_USER_MODEL: Final = Source("user", ANNOTATION_MODEL)
+_ANNOTATION_MODELS: Final = (
+    (HAMI_USE_GPUTYPE, Source("hami", HAMI_USE_GPUTYPE)),
+    (TF_GPU_MODEL, Source("tensor-fusion", TF_GPU_MODEL)),
+)
+_HAMI_NOUSE: Final = Source("hami", HAMI_NOUSE_GPUTYPE)
 
 
 def canonical_model(raw: str, catalog: Catalog | None = None) -> str | None:
     """Canonical lowercase GPU model for a label or annotation value, or None if empty.
 
-    Through the catalog (`intent.catalog.Catalog.lookup`): ``"NVIDIA-A100-SXM4-80GB"``
+    Through ``catalog`` (`intent.catalog.Catalog.lookup`; default the built-in
+    `intent.catalog.default_catalog`): ``"NVIDIA-A100-SXM4-80GB"``
     -> ``"a100"``, ``"Tesla-T4"`` / ``"nvidia-tesla-t4"`` / ``"T4"`` -> ``"t4"``. An
     unknown name flows through lowercased, with leading ``nvidia-`` / ``tesla-`` stripped
     (``"NVIDIA-RTX-5000"`` -> ``"rtx-5000"``); it need not be a valid label value here
@@ -120,7 +137,7 @@ def canonical_model(raw: str, catalog: Catalog | None = None) -> str | None:
     text = raw.strip().lower()
     if not text:
         return None
-    found = (catalog or active_catalog()).lookup(text)
+    found = (catalog or default_catalog()).lookup(text)
     if found is not None:
         return found.model
     for prefix in _VENDOR_PREFIXES[:2]:
@@ -293,11 +310,13 @@ class Named(NamedTuple):
 
 @dataclass(slots=True)
 class ModelSource:
-    token: str
+    """One source naming GPUs: where it was read and the GPUs it names, in order."""
+
+    token: Source
     names: list[Named]
 
 
-def _as_written(raw: str, where: str, warnings: list[str]) -> Named | None:
+def _as_written(raw: str, where: Source, warnings: list[str]) -> Named | None:
     """A model the catalog does not know, as a label value: lowercase, vendor prefix
     stripped, characters a label value cannot hold replaced; None (and a warning) for a
     template placeholder or nothing usable."""
@@ -316,7 +335,7 @@ def _as_written(raw: str, where: str, warnings: list[str]) -> Named | None:
     return Named(GpuMatch(text, None, "as written"), raw)
 
 
-def _name(raw: str, where: str, catalog: Catalog, warnings: list[str]) -> Named | None:
+def _name(raw: str, where: Source, catalog: Catalog, warnings: list[str]) -> Named | None:
     found = catalog.lookup(raw)
     if found is not None:
         return Named(found, raw)
@@ -348,13 +367,13 @@ def model_sources(
     annotations: Mapping[str, Any],
     catalog: Catalog,
     warnings: list[str],
-    dra: Sequence[tuple[str, Named]] = (),
+    dra: Sequence[tuple[Source, Named]] = (),
 ) -> list[ModelSource]:
     """Every source naming GPUs, in precedence order (see the module docstring); ``dra``
     the models DRA claims name, as ``(token, name)``, read after the node constraints."""
     sources: list[ModelSource] = []
 
-    def add(token: str, raws: list[str], kind: str = "label") -> None:
+    def add(token: Source, raws: list[str], kind: str = "label") -> None:
         if kind == "label":
             found = [_name(r, token, catalog, warnings) for r in raws]
         else:
@@ -364,32 +383,32 @@ def model_sources(
             sources.append(ModelSource(token, _unique(names)))
 
     if user is not None:
-        add(f"user:{ANNOTATION_MODEL}", bounded([user], ANNOTATION_MODEL, warnings))
+        add(_USER_MODEL, bounded([user], ANNOTATION_MODEL, warnings))
     # Label, then instance type, then family keys; in each, nodeSelector before affinity,
     # keys in their tuple's order. Only the pod's own keys are looked up (usually 0-3).
-    found: list[tuple[tuple[int, int, int], str, str, list[str]]] = []
+    found: list[tuple[tuple[int, int, int], Source, str, list[str]]] = []
     for key, value in constraints.selector.items():  # values are non-empty strings
         order = _MODEL_KEY_ORDER.get(key)
         if order is not None:
-            found.append(((order[0], 0, order[1]), f"nodeSelector:{key}", order[2], [value]))
+            found.append(((order[0], 0, order[1]), SELECTOR_SOURCES[key], order[2], [value]))
     for key, values in constraints.in_values.items():  # values are non-empty lists
         order = _MODEL_KEY_ORDER.get(key)
         if order is not None:
-            found.append(((order[0], 1, order[1]), f"nodeAffinity:{key}", order[2], values))
+            found.append(((order[0], 1, order[1]), AFFINITY_SOURCES[key], order[2], values))
     if len(found) > 1:
         found.sort(key=lambda f: f[0])
     for _, token, kind, raws in found:
         add(token, raws, kind)
     for token, named in dra:
         sources.append(ModelSource(token, [named]))
-    for key, token in ((HAMI_USE_GPUTYPE, "hami"), (TF_GPU_MODEL, "tensor-fusion")):
+    for key, source in _ANNOTATION_MODELS:
         raw = annotations.get(key)
         if isinstance(raw, str):
-            add(f"{token}:{key}", _comma_list(raw, key, warnings))
+            add(source, _comma_list(raw, key, warnings))
     return sources
 
 
-def _denied(name: Named, deny: list[tuple[str, str]]) -> str | None:
+def _denied(name: Named, deny: list[tuple[Source, str]]) -> Source | None:
     """The token of the first exclusion that refuses ``name``, else None.
 
     HAMi matches ``nouse-gputype`` entries as case-insensitive substrings of the device
@@ -408,20 +427,20 @@ def _denied(name: Named, deny: list[tuple[str, str]]) -> str | None:
 def model_deny(
     constraints: NodeConstraints, annotations: Mapping[str, Any], catalog: Catalog,
     warnings: list[str],
-) -> list[tuple[str, str]]:
-    """The exclusions, ``(token, spelling)``, each spelling once (its first token), at most
+) -> list[tuple[Source, str]]:
+    """The exclusions, ``(source, spelling)``, each spelling once (its first token), at most
     `MAX_LIST_ENTRIES` in all (a warning for the rest): HAMi ``nouse-gputype`` entries,
     then affinity ``NotIn`` values on GPU-name labels."""
-    deny: dict[str, str] = {}  # spelling -> token
+    deny: dict[str, Source] = {}  # spelling -> source
     raw = annotations.get(HAMI_NOUSE_GPUTYPE)
     if isinstance(raw, str):
         for entry in _comma_list(raw, HAMI_NOUSE_GPUTYPE, warnings):
-            deny.setdefault(normalize(entry), f"hami:{HAMI_NOUSE_GPUTYPE}")
+            deny.setdefault(normalize(entry), _HAMI_NOUSE)
     for key in MODEL_LABELS if constraints.not_in else ():
         for value in constraints.not_in.get(key, []):
             found = catalog.lookup(value)
             deny.setdefault(found.gpu.id if found and found.gpu else
-                            (found.model if found else normalize(value)), f"nodeAffinity:{key}")  # fmt: skip
+                            (found.model if found else normalize(value)), AFFINITY_SOURCES[key])  # fmt: skip
     if len(deny) > MAX_LIST_ENTRIES:
         warnings.append(short(
             f"model: read the first {MAX_LIST_ENTRIES} of {len(deny)} exclusions; the rest ignored"
@@ -431,14 +450,17 @@ def model_deny(
 
 @dataclass(slots=True)
 class ModelChoice:
+    """The model `choose_model` chose (None: none), the sources behind it, in order, with
+    the rules its choice needed, and why (empty unless explaining)."""
+
     named: Named | None
-    tokens: list[str]
+    tokens: list[Source]
     why: str
 
 
 def choose_model(
     sources: list[ModelSource],
-    deny: list[tuple[str, str]],
+    deny: list[tuple[Source, str]],
     memory_mib: int | None,
     warnings: list[str],
     explain: bool,
@@ -454,7 +476,7 @@ def choose_model(
     tokens = [primary.token]
     candidates = list(primary.names)
     verdicts = [(n, _denied(n, deny)) for n in candidates] if deny else []
-    refused = next((token for _, token in verdicts if token), None)
+    refused = next((token for _, token in verdicts if token is not None), None)
     if refused is not None:
         tokens.append(refused)
         candidates = [n for n, token in verdicts if token is None]
@@ -474,7 +496,7 @@ def choose_model(
         kept = candidates[0].match.model
         said = ",".join(n.match.model for n in other.names)
         warnings.append(short(f"model: kept {kept} ({brief(primary.token)}), not {said} ({brief(other.token)})"))
-        tokens.append("rule:model-earlier-source")
+        tokens.append(RULE_MODEL_EARLIER)
     distinct = {(c.match.model, c.match.memory_mib) for c in candidates}
     if len(distinct) > 1:  # an ambiguity: resolved by rule, said in a warning
         listed = ",".join(dict.fromkeys(c.raw for c in candidates))
@@ -482,9 +504,9 @@ def choose_model(
                if memory_mib and (c.match.memory_mib is None or c.match.memory_mib >= memory_mib)]
         if fit and len(fit) < len(candidates):
             candidates = fit
-            rule, said = "rule:model-memory-fits", f"first with {memory_mib} MiB"
+            rule, said = RULE_MODEL_MEMORY_FITS, f"first with {memory_mib} MiB"
         else:
-            rule, said = "rule:model-first-listed", "first listed"
+            rule, said = RULE_MODEL_FIRST_LISTED, "first listed"
         warnings.append(short(
             f"model: chose {candidates[0].raw} of {listed} ({said} in {brief(primary.token)})"
         ))
@@ -493,7 +515,7 @@ def choose_model(
     why = ""
     if explain:
         why = chosen.describe() + (f" ({chosen.note})" if chosen.note else "")
-        agreed = [t for t in tokens[1:] if t and not t.startswith("rule:")]
+        agreed = [str(t) for t in tokens[1:] if t.where != "rule"]
         if agreed:
             why += f"; also named by {', '.join(agreed)}"
-    return ModelChoice(chosen, list(dict.fromkeys(t for t in tokens if t)), why)
+    return ModelChoice(chosen, list(dict.fromkeys(tokens)), why)

@@ -3,7 +3,8 @@
 A purely computational module: no I/O, no awaits. The webhook calls `infer` on the pod of
 an AdmissionReview (the JSON patch is `webhook.review`'s business); ``gpu-intent explain``
 calls the same function on the pod templates of manifests. The GPU facts (model names,
-memory variants, instance types) come from the `intent.catalog` loaded at start.
+memory variants, instance types) come from the `intent.catalog.Catalog` the caller passes
+(the built-in one by default); nothing here reads a process-wide setting.
 
 **Demand** (``gpus``), first source that gives one wins (every fact names its source):
 
@@ -53,12 +54,12 @@ a warning; the rest of the intent stands.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Context, Decimal
 from typing import Any, Final
 
-from intent.catalog import Catalog, GpuMatch, active_catalog
+from intent.catalog import Catalog, GpuMatch, default_catalog
 from intent.contract import (
     ANNOTATION_GPU_MEMORY,
     ANNOTATION_GPUS,
@@ -68,6 +69,7 @@ from intent.contract import (
     MAX_MIB,
     Intent,
     IntentError,
+    Source,
     format_gpus,
     is_pool_name,
     parse_gpus,
@@ -85,7 +87,9 @@ from intent.demand import (
 )
 from intent.dra import DEVICE_CLASSES, CanServe, ClaimSource, claim_demand, pod_claims
 from intent.gpu_model import (
+    AFFINITY_SOURCES,
     NODEPOOL_LABEL,
+    SELECTOR_SOURCES,
     ModelChoice,
     Named,
     NodeConstraints,
@@ -112,6 +116,14 @@ __all__ = [
 GPU_STEP: Final = Decimal("0.000001")
 #: `_round`'s arithmetic: 40 digits, whatever the caller's context.
 _ROUNDING: Final = Context(prec=40)
+#: The sources and rules `infer` names itself (the sharing layers' are `intent.demand`'s).
+_USER_GPUS: Final = Source("user", ANNOTATION_GPUS)
+_USER_GPU_MEMORY: Final = Source("user", ANNOTATION_GPU_MEMORY)
+_USER_POOL: Final = Source("user", ANNOTATION_POOL)
+_TF_POOLS: Final = tuple((key, Source("tensor-fusion", key)) for key in TF_GPUPOOL)
+_WHOLE_GPUS: Final = Source("resources", GPU_RESOURCE)
+_RULE_POOL_FIRST_LISTED: Final = Source("rule", "pool-first-listed")
+_RULE_POOL_EARLIER: Final = Source("rule", "pool-earlier-source")
 
 
 class DeadlineExceeded(Exception):
@@ -178,7 +190,8 @@ class Reason:
         part: ``gpus``, ``model``, ``model-memory``, ``gpu-memory`` or ``pool`` (the
             annotation name under ``gpu-intent.io/``).
         value: the annotation value written, ``""`` when the part is left out.
-        source: the source tokens behind it, comma-joined (``""`` when none).
+        source: the source tokens behind it, comma-joined (``""`` when none): the text
+            ``gpu-intent explain`` prints.
         why: one sentence of reasoning, naming the fact's origin.
     """
 
@@ -252,19 +265,19 @@ def _pool(
 ) -> _Part:
     """The NodePool: the user's, then nodeSelector/affinity on ``karpenter.sh/nodepool``,
     then tensor-fusion's gpupool; invalid names are left out."""
-    options: list[tuple[str, list[str]]] = []
+    options: list[tuple[Source, list[str]]] = []
     if user is not None:
-        options.append((f"user:{ANNOTATION_POOL}", [user]))
+        options.append((_USER_POOL, [user]))
     if NODEPOOL_LABEL in constraints.selector:
-        options.append((f"nodeSelector:{NODEPOOL_LABEL}", [constraints.selector[NODEPOOL_LABEL]]))
+        options.append((SELECTOR_SOURCES[NODEPOOL_LABEL], [constraints.selector[NODEPOOL_LABEL]]))
     if NODEPOOL_LABEL in constraints.in_values:
-        options.append((f"nodeAffinity:{NODEPOOL_LABEL}", constraints.in_values[NODEPOOL_LABEL]))
-    for key in TF_GPUPOOL:
+        options.append((AFFINITY_SOURCES[NODEPOOL_LABEL], constraints.in_values[NODEPOOL_LABEL]))
+    for key, source in _TF_POOLS:
         raw = annotations.get(key)
         if isinstance(raw, str) and raw.strip():
-            options.append((f"tensor-fusion:{key}", [raw.strip()]))
+            options.append((source, [raw.strip()]))
             break
-    valid: list[tuple[str, list[str]]] = []
+    valid: list[tuple[Source, list[str]]] = []
     for token, values in options:
         good = [v for v in values if is_pool_name(v)]
         for bad in (v for v in values if not is_pool_name(v)):
@@ -278,13 +291,13 @@ def _pool(
     pool = values[0]
     if len(values) > 1:
         warnings.append(short(f"pool: chose {pool} of {','.join(values)} (first listed in {brief(token)})"))
-        tokens.append("rule:pool-first-listed")
+        tokens.append(_RULE_POOL_FIRST_LISTED)
     for other, others in valid[1:]:
         if pool in others:
             tokens.append(other)
         else:
             warnings.append(short(f"pool: kept {pool} ({brief(token)}), not {others[0]} ({brief(other)})"))
-            tokens.append("rule:pool-earlier-source")
+            tokens.append(_RULE_POOL_EARLIER)
     return _Part(pool, tuple(tokens), f"{token} names NodePool {pool}")
 
 
@@ -295,9 +308,9 @@ def _dra(
     warnings: list[str],
     device_classes: Mapping[str, tuple[str, str]] = DEVICE_CLASSES,
     can_serve: CanServe | None = None,
-) -> tuple[Demand | None, list[tuple[str, Named]]]:
+) -> tuple[Demand | None, list[tuple[Source, Named]]]:
     """The GPUs the pod's DRA claims ask for (`intent.dra.claim_demand`, summed) and the
-    models they name, as ``(token, name)``; ``(None, [])`` for a pod without claims, or
+    models they name, as ``(source, name)``; ``(None, [])`` for a pod without claims, or
     whose claims ask for no GPU or are not given (a warning per claim not given)."""
     entries = pod_claims(pod)
     if not entries:
@@ -320,18 +333,18 @@ def _dra(
             warnings.extend(found.warnings)
     if not demands:
         return None, []
-    memories = [(d.gpu_memory_mib, f"dra:{d.name}") for d in demands if d.gpu_memory_mib]
+    memories = [(d.gpu_memory_mib, Source("dra", d.name)) for d in demands if d.gpu_memory_mib]
     memory = max(memories) if memories else None
     demand = Demand(
         gpus=Decimal(sum(d.gpus for d in demands)),
-        source=tuple(dict.fromkeys(f"dra:{d.name}" for d in demands)),
+        source=tuple(dict.fromkeys(Source("dra", d.name) for d in demands)),
         why="DRA " + "; ".join(d.why for d in demands),
         gpu_memory_mib=memory[0] if memory else None,
         memory_source=memory[1] if memory else None,
         vendor=demands[0].vendor,
     )
     named = [
-        (f"dra:{d.name}", Named(
+        (Source("dra", d.name), Named(
             GpuMatch(d.model, catalog.gpus.get(d.gpu_id) if d.gpu_id else None, "dra"),
             f"claim {d.name}",
         ))
@@ -363,14 +376,15 @@ def infer(
     ``request.object``, or a pod template with ``metadata`` and ``spec``), with the
     reasoning behind each part and the warnings a user should see.
 
-    ``catalog`` is the GPU catalog (default: `intent.catalog.active_catalog`, loaded
-    once per process). The result's intent is None when the pod asks for no GPU (a GPU
+    ``catalog`` is the GPU catalog (default: the built-in one,
+    `intent.catalog.default_catalog`; a caller with ``--catalog FILE`` passes the one it
+    loaded). The result's intent is None when the pod asks for no GPU (a GPU
     node selector alone is not demand); its ``gpus`` is GPUs in total (fractional only for
     a share of one device or a MIG slice; a request spread over N >= 2 devices is N whole
     GPUs), ``gpu_memory_mib`` MiB per GPU the pod asks for, ``model_memory_mib`` MiB per
     GPU of the variant it names, ``model`` canonical, ``pool`` a NodePool name, and
-    ``source`` the ``<where>:<key>`` tokens used, plus ``rule:<part>-<rule>`` for each
-    ambiguity resolved by rule. The module docstring has the rules and their sources.
+    ``source`` the `Source` of each part (``<where>:<key>`` in the annotation), plus
+    ``rule:<part>-<rule>`` for each ambiguity resolved by rule. The module docstring has the rules and their sources.
 
     ``reasons`` False skips writing the reasoning (the result's ``reasons`` is empty):
     the webhook sends the intent and the warnings, never the reasons, and leaving their
@@ -396,7 +410,7 @@ def infer(
     """
     if not isinstance(pod, Mapping):
         raise IntentError(f"pod must be an object, got {type(pod).__name__}")
-    catalog = catalog or active_catalog()
+    catalog = catalog or default_catalog()
     metadata = as_mapping(pod.get("metadata"), "metadata")
     annotations = as_mapping(metadata.get("annotations"), "metadata.annotations")
     labels = as_mapping(metadata.get("labels"), "metadata.labels")
@@ -448,16 +462,16 @@ def infer(
 
 @dataclass(frozen=True, slots=True)
 class _Part:
-    """One part of the intent as `infer` decided it: its value, the source tokens behind it
+    """One part of the intent as `infer` decided it: its value, the sources behind it
     and why (empty unless explaining)."""
 
     value: Any
-    tokens: tuple[str, ...]
+    tokens: tuple[Source, ...]
     why: str
 
 
 def _gpus(
-    user_gpus: Decimal | None, demand: Demand | None, rules: list[str], warnings: list[str]
+    user_gpus: Decimal | None, demand: Demand | None, rules: list[Source], warnings: list[str]
 ) -> _Part:
     """The GPUs: the user's ``gpus`` annotation over the demand sources (a warning when they
     differ), else the demand with the rule tokens its choice needed.
@@ -473,7 +487,7 @@ def _gpus(
                 f"not {format_gpus(demand.gpus)} ({brief(demand.source[0])})"
             ))
             why += f" (over {format_gpus(demand.gpus)} from {demand.source[0]})"
-        part = _Part(user_gpus, (f"user:{ANNOTATION_GPUS}",), why)
+        part = _Part(user_gpus, (_USER_GPUS,), why)
     else:
         assert demand is not None
         part = _Part(demand.gpus, (*demand.source, *rules), demand.why)
@@ -489,7 +503,7 @@ def _memory(
     the demand is the pod's DRA claims)."""
     user_memory = _user_memory(annotations, warnings)
     if user_memory is not None:
-        return _Part(user_memory, (f"user:{ANNOTATION_GPU_MEMORY}",),
+        return _Part(user_memory, (_USER_GPU_MEMORY,),
                      f"your {ANNOTATION_GPU_MEMORY} annotation, MiB per GPU")  # fmt: skip
     if demand is not None and demand.gpu_memory_mib is not None:
         why = "MiB per GPU the claim's selectors ask for: the least of the matching GPUs" if dra \
@@ -504,14 +518,14 @@ def _mig_share(gpus: _Part, named: Named | None, demand: Demand | None) -> _Part
     ``nvidia.com/gpu`` under the single strategy) as the share of a GPU each slice is
     (NVIDIA MIG user guide: a ``1g.5gb`` slice is 1/7 of an A100)."""
     if named is None or not named.match.mig or not named.match.mig_slices or demand is None \
-            or demand.source != (f"resources:{GPU_RESOURCE}",):  # fmt: skip
+            or demand.source != (_WHOLE_GPUS,):  # fmt: skip
         return gpus
     total = named.match.gpu.mig_slices if named.match.gpu else None
     if not total:
         return gpus
     return _Part(
         gpus.value * named.match.mig_slices / total,
-        (*gpus.tokens, f"mig:{named.match.mig}"),
+        (*gpus.tokens, Source("mig", named.match.mig)),
         gpus.why + f"; each is a MIG {named.match.mig} slice, {named.match.mig_slices}/{total} of"
         " a GPU (NVIDIA MIG user guide)",
     )
@@ -529,7 +543,7 @@ def _check_model(gpus: Decimal, named: Named | None, demand: Demand | None, warn
     if demand is not None and named.match.gpu is not None and demand.vendor != named.match.gpu.vendor:
         warnings.append(short(
             f"model: {named.match.model} is a {named.match.gpu.vendor} GPU but the pod asks for "
-            f"{demand.source[0].split(':', 1)[1]}"
+            f"{demand.source[0].key}"
         ))
 
 
@@ -540,18 +554,23 @@ def _reasons(
     named = choice.named
     model_memory = intent.model_memory_mib
     return (
-        Reason("gpus", format_gpus(intent.gpus), ",".join(gpus.tokens), gpus.why),
-        Reason("model", intent.model or "", ",".join(choice.tokens), choice.why),
+        Reason("gpus", format_gpus(intent.gpus), _joined(gpus.tokens), gpus.why),
+        Reason("model", intent.model or "", _joined(choice.tokens), choice.why),
         Reason(
             "model-memory",
             str(model_memory) if model_memory else "",
-            ",".join(t for t in choice.tokens if not t.startswith("rule:")) if model_memory else "",
+            _joined(t for t in choice.tokens if t.where != "rule") if model_memory else "",
             f"MiB per GPU of {named.match.gpu.id} in the GPU catalog"
             if named and named.match.gpu else "no GPU variant is named",
         ),
-        Reason("gpu-memory", str(memory.value) if memory.value else "", ",".join(memory.tokens), memory.why),
-        Reason("pool", intent.pool or "", ",".join(pool.tokens), pool.why),
+        Reason("gpu-memory", str(memory.value) if memory.value else "", _joined(memory.tokens), memory.why),
+        Reason("pool", intent.pool or "", _joined(pool.tokens), pool.why),
     )
+
+
+def _joined(sources: Iterable[Source]) -> str:
+    """``sources`` as the text of a `Reason`: their tokens, comma-joined."""
+    return ",".join(map(str, sources))
 
 
 def infer_intent(pod: Mapping[str, Any], catalog: Catalog | None = None) -> Intent | None:

@@ -86,7 +86,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -423,6 +423,12 @@ class SimScheduler:
         #: (`PodView.departures`, reservation pods created) at the last `_sync_reservations`
         self._synced: tuple[int, int] | None = None
         self._reservations_made = 0
+        #: Per scheduler name, the passes its `run_loop` completed, and the store's
+        #: resourceVersion the newest of them started at (it saw every write up to it):
+        #: what a test waits on (`passes`, `passed`) instead of sleeping. Observation only.
+        self.passes_done: dict[str, int] = {}
+        self.seen_version: dict[str, int] = {}
+        self._pass_done_event: asyncio.Event | None = None
 
     def loops(self) -> dict[str, Coroutine[Any, Any, None]]:
         """One `run_loop` coroutine per scheduler name, to run as separate tasks."""
@@ -452,9 +458,57 @@ class SimScheduler:
             except Exception:
                 log.exception("%s pass failed; retrying in 1s", name)
                 wait = 1.0
+            else:
+                self._pass_done(name, seen)
             await self._store.wait_changed(
                 wait, since=seen, kinds=(PODS, NODES, RESOURCECLAIMS, RESOURCESLICES)
             )
+
+    async def passes(
+        self, n: int = 1, *, names: Iterable[str] | None = None, within: float
+    ) -> None:
+        """Wait until the loop (`run_loop`) of each scheduler in ``names`` (default: all)
+        has completed ``n`` more passes than now. Raises `TimeoutError` after ``within``
+        seconds (a loop that is not running completes none)."""
+        wanted = tuple(self._names if names is None else names)
+        targets = {name: self.passes_done.get(name, 0) + n for name in wanted}
+        await self._until(
+            lambda: all(self.passes_done.get(k, 0) >= v for k, v in targets.items()), within
+        )
+
+    async def passed(
+        self,
+        version: int | None = None,
+        *,
+        names: Iterable[str] | None = None,
+        within: float,
+    ) -> None:
+        """Wait until the loop of each scheduler in ``names`` (default: all) has completed
+        a pass that started at the store's resourceVersion ``version`` (default: now) or
+        later, so saw every write up to it: after it, each pending pod it serves that
+        existed then has been tried (bound, or marked) unless it waits in
+        unschedulablePods (`_is_parked`). Raises `TimeoutError` after ``within`` seconds."""
+        floor = self._store.resource_version if version is None else version
+        wanted = tuple(self._names if names is None else names)
+        await self._until(
+            lambda: all(self.seen_version.get(name, -1) >= floor for name in wanted), within
+        )
+
+    async def _until(self, check: Callable[[], bool], within: float) -> None:
+        async with asyncio.timeout(within):
+            while not check():
+                if self._pass_done_event is None:
+                    self._pass_done_event = asyncio.Event()
+                await self._pass_done_event.wait()
+
+    def _pass_done(self, name: str, seen: int) -> None:
+        """Count a completed pass of ``name`` that started at resourceVersion ``seen``,
+        and wake `passes` and `passed`."""
+        self.passes_done[name] = self.passes_done.get(name, 0) + 1
+        self.seen_version[name] = seen
+        if self._pass_done_event is not None:
+            self._pass_done_event.set()
+            self._pass_done_event = None
 
     def schedule_once(self, names: Iterable[str] | None = None) -> int:
         """One pass of each scheduler in ``names`` (default: all), one after another,

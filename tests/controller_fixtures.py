@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-from intent.contract import Intent
+from intent.contract import Intent, Source
 
 T0 = "2026-11-21T12:00:00Z"
 
@@ -29,7 +29,8 @@ def gpu_pod(
 ) -> dict[str, Any]:
     """A pending pod carrying a webhook-written intent, tolerating the ``nvidia.com/gpu``
     taint of the `nodepool` builder's pools unless ``tolerations`` says otherwise."""
-    annotations = Intent(Decimal(gpus), model=model, pool=pool, source=source).to_annotations()
+    sources = tuple(Source.parse(token) for token in source)
+    annotations = Intent(Decimal(gpus), model=model, pool=pool, source=sources).to_annotations()
     if status_annotation is not None:
         annotations["gpu-intent.io/scale-up"] = status_annotation
     annotations.update(extra_annotations or {})

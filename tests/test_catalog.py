@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
-from intent.catalog import (
-    CatalogError,
-    active_catalog,
-    default_catalog,
-    load_catalog,
-    use_catalog,
-)
-from intent.inference import infer_intent
+from gpu_intent.cli import build_parser
+from gpu_intent.cli.common import UsageError, read_catalog
+from gpu_intent.cli.webhook import serve_options
+from intent.catalog import Catalog, CatalogError, default_catalog, load_catalog
+from intent.inference import infer, infer_intent
+from webhook.review import admit
+from webhook.server import make_app, start
 
 
 @pytest.mark.parametrize(
@@ -123,20 +126,91 @@ def test_override_adds_and_replaces_entries(tmp_path: Path) -> None:
     assert infer_intent(pod) is not None and infer_intent(pod).model is None  # type: ignore[union-attr]
 
 
-def test_use_catalog_sets_what_inference_reads(tmp_path: Path) -> None:
+#: A pod on the AWS g6e family (L40S in the built-in catalog).
+G6E_POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "p", "namespace": "ns"},
+    "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+             "nodeSelector": {"karpenter.k8s.aws/instance-family": "g6e"}},
+}  # fmt: skip
+
+
+def a100_g6e(tmp_path: Path) -> Catalog:
+    """The built-in catalog with the g6e family said to hold A100 80 GB GPUs."""
     override = tmp_path / "c.yaml"
     override.write_text("families:\n  aws:\n    g6e: a100-80gb\n")
-    pod = {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}],
-                    "nodeSelector": {"karpenter.k8s.aws/instance-family": "g6e"}}}  # fmt: skip
-    use_catalog(load_catalog(override))
-    try:
-        intent = infer_intent(pod)
+    return load_catalog(override)
+
+
+def review_of(pod: dict[str, Any]) -> dict[str, Any]:
+    request = {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+               "namespace": "ns", "operation": "CREATE", "object": pod}  # fmt: skip
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def patched_model(answer: dict[str, Any]) -> str:
+    """The ``gpu-intent.io/model`` value an AdmissionReview response's patch writes."""
+    (op,) = json.loads(base64.b64decode(answer["response"]["patch"]))
+    assert op["path"] == "/metadata/annotations"
+    model: str = op["value"]["gpu-intent.io/model"]
+    return model
+
+
+def test_inference_reads_the_catalog_it_is_given_and_the_built_in_one_otherwise(
+    tmp_path: Path,
+) -> None:
+    catalog = a100_g6e(tmp_path)
+    for _ in range(2):  # in either order: nothing is remembered between calls
+        intent = infer_intent(G6E_POD, catalog)
         assert intent is not None and intent.model == "a100"
+        intent = infer_intent(G6E_POD)
+        assert intent is not None and intent.model == "l40s"
+    assert infer(G6E_POD, default_catalog()) == infer(G6E_POD)
+
+
+def test_reviews_infer_with_the_catalog_they_are_given(tmp_path: Path) -> None:
+    catalog = a100_g6e(tmp_path)
+    body = review_of(G6E_POD)
+    assert patched_model(dict(admit(body, catalog=catalog).response)) == "a100"
+    assert patched_model(dict(admit(body).response)) == "l40s"
+
+
+async def test_two_webhook_apps_in_one_process_use_their_own_catalogs(tmp_path: Path) -> None:
+    """No catalog is process-wide: two apps side by side, one given a catalog, each
+    answers the same review from its own."""
+    body = review_of(G6E_POD)
+    runners = [
+        await start(make_app(catalog=a100_g6e(tmp_path)), "127.0.0.1", 0, None),
+        await start(make_app(), "127.0.0.1", 0, None),
+    ]
+    try:
+        models = []
+        async with aiohttp.ClientSession() as session:
+            for runner in runners:
+                host, port = runner.addresses[0][:2]
+                async with session.post(f"http://{host}:{port}/mutate", json=body) as resp:
+                    assert resp.status == 200
+                    models.append(patched_model(await resp.json()))
+        assert models == ["a100", "l40s"]
     finally:
-        use_catalog(None)
-    assert active_catalog() is default_catalog()
-    intent = infer_intent(pod)
-    assert intent is not None and intent.model == "l40s"
+        for runner in runners:
+            await runner.cleanup()
+
+
+def test_catalog_flag_reaches_the_webhook_options(tmp_path: Path) -> None:
+    override = tmp_path / "c.yaml"
+    override.write_text("families:\n  aws:\n    g6e: a100-80gb\n")
+    argv = ["webhook", "--tls-cert-file", "c", "--tls-key-file", "k"]
+    args = build_parser().parse_args([*argv, "--catalog", str(override)])
+    catalog = read_catalog(args)
+    g6e = catalog.family("g6e") if catalog is not None else None
+    assert g6e is not None and g6e.gpu.model == "a100"
+    assert serve_options(args, catalog).catalog is catalog
+    assert read_catalog(build_parser().parse_args(argv)) is None  # the built-in one
+    override.write_text("gpus: [1]\n")
+    with pytest.raises(UsageError, match="gpus: must be a mapping"):
+        read_catalog(args)
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from cryptography import x509
 from kubernetes_asyncio import client
-from webhook_support import SecretVolume, read_answer
+from webhook_support import SecretVolume, read_answer, until
 
 from certs.incluster import CertsError, reconcile_secret
 from certs.rotation import PROPAGATION_GRACE, CertSettings, parse_bundle
@@ -220,13 +220,21 @@ async def test_renewal_and_ca_rotation_fail_no_request(cluster: Cluster, tmp_pat
                 await call()
             except Exception as e:
                 failures.append(e)
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0.005)  # the traffic's pace: a call about every 5 ms
 
     async def kubelet_sync() -> None:
-        """The mounted Secret changes some time after the API write."""
-        await asyncio.sleep(0.3)
-        volume.rotate(*_files(await cluster.secret()))
-        await asyncio.sleep(0.3)
+        """The mounted Secret changes some time after the API write (a lag the clients
+        call through); then wait until a call was served the new certificate."""
+        await asyncio.sleep(0.3)  # the kubelet's lag, part of the scenario
+        cert, key = _files(await cluster.secret())
+        volume.rotate(cert, key)
+        serial = x509.load_pem_x509_certificate(cert).serial_number
+        await until(lambda: serial in serials, 5, "a call served the new certificate")
+
+    async def calls(n: int, at_least: int = 0) -> None:
+        """Wait until ``n`` more calls than now have succeeded, ``at_least`` in all."""
+        target = max(len(serials) + n, at_least)
+        await until(lambda: len(serials) >= target, 10, f"{n} more calls")
 
     for _ in range(200):  # until the server listens
         try:
@@ -236,7 +244,7 @@ async def test_renewal_and_ca_rotation_fail_no_request(cluster: Cluster, tmp_pat
             await asyncio.sleep(0.025)
     clients = [asyncio.create_task(client_loop()) for _ in range(3)]
     try:
-        await asyncio.sleep(0.3)
+        await calls(3)  # traffic with the first pair
         # 1. the serving certificate is within its renewal window: a new one, same CA
         renewing = CertSettings(SVC, NS, days=100, ca_days=200, renew_before_days=95)
         renewed = await cluster.run(renewing)
@@ -259,7 +267,10 @@ async def test_renewal_and_ca_rotation_fail_no_request(cluster: Cluster, tmp_pat
         dropped = await cluster.run(rotating, now=later)
         assert dropped.renewal.actions[0].startswith("dropped the old CA")
         assert [len(parse_bundle(b)) for b in await cluster.bundles()] == [1, 1]
-        await asyncio.sleep(0.3)
+        # A call in flight per client may have read the bundle before the drop: the
+        # fourth to succeed from now read the one-CA bundle. (And the traffic the count
+        # below asks for: the lags above are shorter than a loaded machine's 50 calls.)
+        await calls(4, at_least=51)
     finally:
         done.set()
         await asyncio.gather(*clients)

@@ -13,9 +13,9 @@ import pytest
 from chart_support import CHART, one, render
 from prometheus_client import CollectorRegistry
 
+from controller.memory import TRACKED_PHASES
 from controller.metrics import ControllerMetrics
 from controller.model import TRIGGERED
-from controller.state import TRACKED_PHASES
 from webhook.review import Outcome
 from webhook.server import WebhookMetrics
 

@@ -12,7 +12,7 @@ from controller_fixtures import T0, nodeclaim
 from controller.dra import intents_to_record, node_devices, slim_claim, slim_slice
 from controller.model import slim_pod
 from controller.nodes import parse_nodeclaim
-from intent.contract import Intent
+from intent.contract import Intent, Source
 
 L4 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA L4"'
 
@@ -92,7 +92,7 @@ def test_a_pending_dra_pod_gets_the_intent_of_its_claim_read_through_the_slim_ca
     intent = Intent.from_annotations(recorded.annotations)
     assert intent is not None
     assert (intent.gpus, intent.model, intent.pool) == (2, "l4", "gpu-dra")
-    assert "dra:a-gpu-x7k2p" in intent.source
+    assert Source("dra", "a-gpu-x7k2p") in intent.source
 
 
 def test_pods_wait_for_their_claims_and_only_opted_in_namespaces_are_served() -> None:

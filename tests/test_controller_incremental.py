@@ -15,22 +15,21 @@ import pytest
 from controller_fixtures import gpu_pod, nodeclaim, nodepool
 
 from controller import incremental
-from controller import state as state_module
+from controller.cache import InformerCache, Kind
 from controller.decisions import Plan, PlanConfig
 from controller.incremental import IncrementalPlanner
+from controller.memory import Memory
 from controller.model import NODE_READY, PROVISIONING, GroupKey, RetryState, ScaleUpStatus
 from controller.plan import plan
-from controller.state import (
-    NAMESPACES,
-    NODECLAIMS,
-    NODEPOOLS,
-    NOMINATIONS,
-    PENDING_PODS,
-    TRIGGERS,
-    ClusterState,
-)
+from controller.snapshot import snapshot
 from controller.triggers import LINKED_REASON, TriggerSettings
 
+NAMESPACES = Kind.NAMESPACES
+NODECLAIMS = Kind.NODECLAIMS
+NODEPOOLS = Kind.NODEPOOLS
+NOMINATIONS = Kind.NOMINATIONS
+PENDING_PODS = Kind.PENDING_PODS
+TRIGGERS = Kind.TRIGGERS
 NS = "gpu-intent-system"
 START = datetime(2026, 11, 21, 12, 0, 5, tzinfo=UTC)
 MODELS = ("t4", "l4", "a100", None)
@@ -73,7 +72,8 @@ class World:
         self.config = config
         self.clock = Clock()
         self.now = START
-        self.state = ClusterState(self.clock, expectation_seconds=30)
+        self.memory = Memory(self.clock)
+        self.state = InformerCache(self.clock, expectation_seconds=30, observer=self.memory)
         self.rv = 100
         self.pods: dict[str, dict[str, Any]] = {}
         self.triggers: dict[str, dict[str, Any]] = {}
@@ -179,7 +179,7 @@ class World:
     def apply_plan(self) -> None:
         """What the executor and the API do with a fresh plan: triggers created, statuses
         written (as watch events or as expectations)."""
-        decided = plan(self.state.snapshot(self.now), self.config)
+        decided = plan(snapshot(self.state, self.memory, self.now), self.config)
         for create in decided.creates:
             self.serial += 1
             body = json.loads(json.dumps(create.body))
@@ -299,8 +299,8 @@ class World:
         if self.pods and self.claims:
             name = self.rng.choice(sorted(self.pods))
             claim = self.rng.choice(sorted(self.claims))
-            self.state.cover([("ml", name)], claim, self.now)
-        self.state.expire_covers(self.now - timedelta(seconds=self.config.cover_seconds))
+            self.memory.cover([(("ml", name), claim)], self.now)
+        self.memory.expire_covers(self.now - timedelta(seconds=self.config.cover_seconds))
 
     def node_ready_status(self) -> None:
         """A pod told NodeReady on a NodeClaim (its cover runs out with time alone)."""
@@ -341,12 +341,12 @@ def test_every_pass_decides_what_a_fresh_plan_of_the_whole_cache_decides(
         trigger=TriggerSettings(namespace=NS), default_nodepool=None, max_triggers=max_triggers
     )
     world = World(random.Random(seed), config)
-    planner = IncrementalPlanner(world.state, config)
+    planner = IncrementalPlanner(world.state, world.memory, config)
     history = []
     for _ in range(120):
         history.append(world.step())
         got = planner.run(world.now)
-        want = plan(world.state.snapshot(world.now), config)
+        want = plan(snapshot(world.state, world.memory, world.now), config)
         assert normal(got.plan) == normal(want), history[-5:]
 
 
@@ -360,7 +360,7 @@ def steady_world() -> tuple[World, IncrementalPlanner]:
         obj["metadata"]["resourceVersion"] = world.next_rv()
         world.pods[f"s{k}"] = obj
         world.state.apply(PENDING_PODS, "ADDED", obj)
-    planner = IncrementalPlanner(world.state, config)
+    planner = IncrementalPlanner(world.state, world.memory, config)
     for _ in range(3):
         world.apply_plan()
     return world, planner
@@ -387,7 +387,9 @@ def test_a_changed_pod_replans_its_partition_only() -> None:
     world.state.apply(PENDING_PODS, "MODIFIED", obj)
     done = planner.run(world.now)
     assert done.replanned == 1
-    assert normal(done.plan) == normal(plan(world.state.snapshot(world.now), planner._config))
+    assert normal(done.plan) == normal(
+        plan(snapshot(world.state, world.memory, world.now), planner._config)
+    )
     assert done.plan.creates  # 3 GPUs of a100 now: one more trigger
 
 
@@ -402,12 +404,16 @@ def test_a_cover_running_out_is_noticed_without_any_change() -> None:
     planner.run(world.now)
     soon = world.now + timedelta(seconds=10)
     quiet = planner.run(soon)
-    assert normal(quiet.plan) == normal(plan(world.state.snapshot(soon), planner._config))
+    assert normal(quiet.plan) == normal(
+        plan(snapshot(world.state, world.memory, soon), planner._config)
+    )
     assert quiet.plan.demand[GroupKey("gpu-standard", "t4")] == 0  # covered: no demand
     later = world.now + timedelta(seconds=61)
     expired = planner.run(later)
     assert expired.plan.demand[GroupKey("gpu-standard", "t4")] == Decimal("1.5")
-    assert normal(expired.plan) == normal(plan(world.state.snapshot(later), planner._config))
+    assert normal(expired.plan) == normal(
+        plan(snapshot(world.state, world.memory, later), planner._config)
+    )
 
 
 def test_a_wrong_partition_guess_costs_a_whole_plan_not_a_wrong_one(
@@ -418,7 +424,9 @@ def test_a_wrong_partition_guess_costs_a_whole_plan_not_a_wrong_one(
     world, planner = steady_world()
     done = planner.run(world.now)
     assert done.whole
-    assert normal(done.plan) == normal(plan(world.state.snapshot(world.now), planner._config))
+    assert normal(done.plan) == normal(
+        plan(snapshot(world.state, world.memory, world.now), planner._config)
+    )
 
 
 def test_triggers_of_two_partitions_on_one_nodeclaim_are_planned_together() -> None:
@@ -434,7 +442,9 @@ def test_triggers_of_two_partitions_on_one_nodeclaim_are_planned_together() -> N
     world.state.apply(NODECLAIMS, "ADDED", nodeclaim("nc-both", "gpu-standard", gpus=1))
     done = planner.run(world.now)
     assert done.whole
-    assert normal(done.plan) == normal(plan(world.state.snapshot(world.now), planner._config))
+    assert normal(done.plan) == normal(
+        plan(snapshot(world.state, world.memory, world.now), planner._config)
+    )
 
 
 def test_creates_beyond_the_budget_are_planned_as_a_whole() -> None:
@@ -444,11 +454,11 @@ def test_creates_beyond_the_budget_are_planned_as_a_whole() -> None:
         obj = gpu_pod(f"b{k}", "1", model=model)
         obj["metadata"]["resourceVersion"] = world.next_rv()
         world.state.apply(PENDING_PODS, "ADDED", obj)
-    planner = IncrementalPlanner(world.state, config)
+    planner = IncrementalPlanner(world.state, world.memory, config)
     done = planner.run(world.now)
     assert done.whole
     assert len(done.plan.creates) == 1
-    assert normal(done.plan) == normal(plan(world.state.snapshot(world.now), config))
+    assert normal(done.plan) == normal(plan(snapshot(world.state, world.memory, world.now), config))
 
 
 def test_at_the_trigger_cap_partitions_are_planned_apart_and_reused() -> None:
@@ -460,12 +470,12 @@ def test_at_the_trigger_cap_partitions_are_planned_apart_and_reused() -> None:
         obj["metadata"]["resourceVersion"] = world.next_rv()
         world.pods[f"b{k}"] = obj
         world.state.apply(PENDING_PODS, "ADDED", obj)
-    planner = IncrementalPlanner(world.state, config)
+    planner = IncrementalPlanner(world.state, world.memory, config)
     for _ in range(3):
         world.apply_plan()  # one trigger; the other pods told the limit is reached
     done = planner.run(world.now)
     assert not done.whole and not done.plan
-    assert normal(done.plan) == normal(plan(world.state.snapshot(world.now), config))
+    assert normal(done.plan) == normal(plan(snapshot(world.state, world.memory, world.now), config))
     world.time()
     assert planner.run(world.now).replanned == 0
 
@@ -480,7 +490,7 @@ def test_nodes_and_new_nodeclaims_bought_for_us_are_planned_as_a_whole_plan_woul
         "metadata": {"name": "n9", "labels": {"karpenter.sh/nodepool": "gpu-standard"}},
         "status": {"conditions": [{"type": "Ready", "status": "True"}]},
     }
-    world.state.apply(state_module.NODES, "ADDED", node)
+    world.state.apply(Kind.NODES, "ADDED", node)
     # its NodeClaim, bought for no trigger of ours (a node waits for its NodeClaim)
     own = nodeclaim("nc-n9", "gpu-standard", model="t4", node="n9", launched=True, ready=True)
     own["metadata"]["resourceVersion"] = world.next_rv()
@@ -489,15 +499,17 @@ def test_nodes_and_new_nodeclaims_bought_for_us_are_planned_as_a_whole_plan_woul
     obj["metadata"]["resourceVersion"] = world.next_rv()
     world.state.apply(PENDING_PODS, "ADDED", obj)
     done = planner.run(world.now)
-    assert normal(done.plan) == normal(plan(world.state.snapshot(world.now), planner._config))
+    assert normal(done.plan) == normal(
+        plan(snapshot(world.state, world.memory, world.now), planner._config)
+    )
     assert [(n.node, n.value) for n in done.plan.labels] == [("n9", "n9")]
     body = done.plan.creates[0].body
     terms = body["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]  # type: ignore[index]
-    assert {"key": "gpu-intent.io/node", "operator": "DoesNotExist"} in terms[
-        "nodeSelectorTerms"
-    ][0]["matchExpressions"]
+    assert {"key": "gpu-intent.io/node", "operator": "DoesNotExist"} in terms["nodeSelectorTerms"][
+        0
+    ]["matchExpressions"]
     ready = nodeclaim(
         "nc-fresh",
         "gpu-standard",
@@ -511,7 +523,9 @@ def test_nodes_and_new_nodeclaims_bought_for_us_are_planned_as_a_whole_plan_woul
     world.state.apply(NODECLAIMS, "ADDED", ready)
     free = planner.run(world.now)
     assert free.whole
-    assert normal(free.plan) == normal(plan(world.state.snapshot(world.now), planner._config))
+    assert normal(free.plan) == normal(
+        plan(snapshot(world.state, world.memory, world.now), planner._config)
+    )
     assert {s.status.node_claim for s in free.plan.statuses if s.status.phase == "NodeReady"} == {
         "nc-fresh"
     }
@@ -530,7 +544,7 @@ def test_with_failures_cooldown_and_caps_every_pass_equals_a_fresh_plan(seed: in
         cooldown_seconds=5,
     )
     world = World(random.Random(seed), config)
-    planner = IncrementalPlanner(world.state, config)
+    planner = IncrementalPlanner(world.state, world.memory, config)
     rng = random.Random(seed + 100)
     history = []
     for step in range(100):
@@ -538,15 +552,18 @@ def test_with_failures_cooldown_and_caps_every_pass_equals_a_fresh_plan(seed: in
         if rng.random() < 0.1 and world.pods:  # a failed trigger: a held retry
             name = rng.choice(sorted(world.pods))
             at = stamp(world.now + timedelta(seconds=rng.choice([0, 3, 8])))
-            world.state.hold_retry(
+            world.memory.hold_retry(
                 ("ml", name), RetryState(rng.choice([1, 3]), at, "failed"), world.now
             )
         if rng.random() < 0.1:  # an orphan removed: the group cools down
             model = rng.choice(["t4", "l4", "a100"])
-            world.state.removed(GroupKey(rng.choice(POOL_NAMES[:2]), model), world.now)
+            world.memory.removed(GroupKey(rng.choice(POOL_NAMES[:2]), model), world.now)
         tokens = rng.choice([None, 0, 1, 3])
         got = planner.run(world.now, tokens)
         want = plan(
-            dataclasses.replace(world.state.snapshot(world.now), create_tokens=tokens), config
+            dataclasses.replace(
+                snapshot(world.state, world.memory, world.now), create_tokens=tokens
+            ),
+            config,
         )
         assert normal(got.plan) == normal(want), (step, history[-5:])

@@ -27,27 +27,27 @@ def test_gpu_need_reads_memory_as_a_share_of_the_named_card() -> None:
     from decimal import Decimal
 
     from controller.packing import gpu_need
-    from intent.contract import Intent
+    from intent.contract import Intent, Source
 
     a10g = 22888  # MiB, the catalog's A10G
-    hami = ("hami:nvidia.com/gpumem", "hami:nvidia.com/use-gputype")
+    hami = (Source("hami", "nvidia.com/gpumem"), Source("hami", "nvidia.com/use-gputype"))
     # HAMi gpumem alone: the intent's 1 GPU is a placeholder; the memory decides.
     assert gpu_need(Intent(Decimal(1), "a10g", None, 6000, hami, a10g)) == Decimal(6000) / a10g
     # With cores stated, the larger share of the two.
-    cores = (*hami, "hami:nvidia.com/gpucores")
+    cores = (*hami, Source("hami", "nvidia.com/gpucores"))
     assert gpu_need(Intent(Decimal("0.5"), "a10g", None, 6000, cores, a10g)) == Decimal("0.5")
     assert gpu_need(Intent(Decimal("0.1"), "a10g", None, 6000, cores, a10g)) == Decimal(6000) / a10g
     # HAMi puts at most ten vGPUs on a device (deviceSplitCount): a tenth at least.
     assert gpu_need(Intent(Decimal(1), "a10g", None, 500, hami, a10g)) == Decimal("0.1")
     # KAI gpu-memory's 0.1 is a placeholder too; a card too small is one whole GPU.
-    kai = ("kai:gpu-memory", "user:gpu-intent.io/model")
+    kai = (Source("kai", "gpu-memory"), Source("user", "gpu-intent.io/model"))
     assert gpu_need(Intent(Decimal("0.1"), "l4", None, 11444, kai, a10g)) == Decimal("0.5")
     assert gpu_need(Intent(Decimal("0.1"), "l4", None, 30000, kai, a10g)) == 1
     # The card's memory unknown (no model named): one whole GPU, shared with none.
-    assert gpu_need(Intent(Decimal("0.1"), None, None, 20000, ("kai:gpu-memory",))) == 1
+    assert gpu_need(Intent(Decimal("0.1"), None, None, 20000, (Source("kai", "gpu-memory"),))) == 1
     # Several devices: whole GPUs. No memory stated: the intent's GPUs as they are.
     assert gpu_need(Intent(Decimal("1.5"), "a10g", None, 6000, hami, a10g)) == 2
-    fraction = ("kai:gpu-fraction",)
+    fraction = (Source("kai", "gpu-fraction"),)
     assert gpu_need(Intent(Decimal("1.5"), "l4", None, None, fraction)) == Decimal("1.5")
     assert gpu_need(Intent(Decimal("0.25"), "l4", None, None, fraction)) == Decimal("0.25")
 
@@ -60,14 +60,17 @@ def test_gpu_use_counts_a_bound_multi_device_pod_by_its_devices_memory_shares() 
     from decimal import Decimal
 
     from controller.packing import HAMI_MIN_SHARE, gpu_need, gpu_use
-    from intent.contract import Intent
+    from intent.contract import Intent, Source
 
     l4, a10g = 23034, 22888  # MiB, the catalog's cards
-    tf = ("tensor-fusion:tensor-fusion.ai/gpu-count", "tensor-fusion:tensor-fusion.ai/vram-request")
+    tf = (
+        Source("tensor-fusion", "tensor-fusion.ai/gpu-count"),
+        Source("tensor-fusion", "tensor-fusion.ai/vram-request"),
+    )
     two = Intent(Decimal(2), "l4", None, 10240, tf, l4)
     assert gpu_need(two) == 2
     assert gpu_use(two) == 2 * (Decimal(10240) / l4)
-    hami = ("hami:nvidia.com/gpu", "hami:nvidia.com/gpumem")
+    hami = (Source("hami", "nvidia.com/gpu"), Source("hami", "nvidia.com/gpumem"))
     assert gpu_use(Intent(Decimal(2), "a10g", None, 10000, hami, a10g)) == 2 * (Decimal(10000) / a10g)
     assert gpu_use(Intent(Decimal(3), "a10g", None, 500, hami, a10g)) == 3 * HAMI_MIN_SHARE
     # More memory than the card has: a whole device each; the card unknown: the same.
@@ -76,5 +79,5 @@ def test_gpu_use_counts_a_bound_multi_device_pod_by_its_devices_memory_shares() 
     # One device, or no memory stated: what packing counts.
     one = Intent(Decimal(1), "a10g", None, 6000, hami, a10g)
     assert gpu_use(one) == gpu_need(one)
-    whole = Intent(Decimal(2), "l4", None, None, ("kai:gpu-fraction",))
+    whole = Intent(Decimal(2), "l4", None, None, (Source("kai", "gpu-fraction"),))
     assert gpu_use(whole) == gpu_need(whole) == 2

@@ -1,4 +1,5 @@
-"""The controller cache's write-through expectations, and the Karpenter rules it encodes."""
+"""The informer cache's write-through expectations, the controller's memory of pods and
+NodeClaims that left it, and the Karpenter rules they encode."""
 
 from __future__ import annotations
 
@@ -11,16 +12,18 @@ from typing import Any
 import pytest
 from controller_fixtures import gpu_pod, nodeclaim, nodepool
 
+from controller import cache as cache_module
 from controller import karpenter, model
-from controller import state as state_module
-from controller.state import (
-    NAMESPACES,
-    NODECLAIMS,
-    NODEPOOLS,
-    PENDING_PODS,
-    TRIGGERS,
-    ClusterState,
-)
+from controller import memory as memory_module
+from controller.cache import InformerCache, Kind
+from controller.memory import Memory
+from controller.snapshot import snapshot
+
+NAMESPACES = Kind.NAMESPACES
+NODECLAIMS = Kind.NODECLAIMS
+NODEPOOLS = Kind.NODEPOOLS
+PENDING_PODS = Kind.PENDING_PODS
+TRIGGERS = Kind.TRIGGERS
 
 
 class Clock:
@@ -31,13 +34,19 @@ class Clock:
         return self.t
 
 
+def caches(clock: Clock, expectation_seconds: float = 30.0) -> tuple[InformerCache, Memory]:
+    """An informer cache and the controller's memory it tells, as the controller wires them."""
+    memory = Memory(clock)
+    return InformerCache(clock, expectation_seconds, observer=memory), memory
+
+
 def trigger(name: str, rv: str) -> dict[str, object]:
     return {"metadata": {"namespace": "gpu-intent-system", "name": name, "resourceVersion": rv}}
 
 
 def test_written_object_masks_the_cache_until_the_watch_shows_that_resource_version() -> None:
     clock = Clock()
-    state = ClusterState(clock)
+    state = InformerCache(clock)
     state.replace(TRIGGERS, [])
     state.expect(TRIGGERS, trigger("t1", "7"))
     assert [o["metadata"]["name"] for o in state.objects(TRIGGERS)] == ["t1"]
@@ -52,12 +61,12 @@ def test_the_event_of_a_version_already_held_changes_nothing(
 ) -> None:
     """The watch echoes each of our writes after its answer came (`expect`): that
     version is not slimmed again, and an event of the version cached is no change."""
-    state = ClusterState(Clock())
+    state = InformerCache(Clock())
     state.replace(TRIGGERS, [trigger("t1", "3")])
     slimmed: list[str] = []
     real = model.slim_trigger
     monkeypatch.setattr(
-        state_module,
+        cache_module,
         "slim_trigger",
         lambda obj: slimmed.append(obj["metadata"]["resourceVersion"]) or real(obj),
     )
@@ -77,7 +86,7 @@ def test_the_event_of_a_version_already_held_changes_nothing(
 
 def test_a_stale_event_does_not_undo_our_write() -> None:
     clock = Clock()
-    state = ClusterState(clock)
+    state = InformerCache(clock)
     state.replace(TRIGGERS, [trigger("t1", "3")])
     state.expect(TRIGGERS, trigger("t1", "8"))
     state.apply(TRIGGERS, "MODIFIED", trigger("t1", "5"))  # older than our write
@@ -89,7 +98,7 @@ def test_a_write_whose_event_came_first_masks_nothing() -> None:
     answer: the expectation set then must not hide those later events until its deadline
     (a NodeClaim stayed Launched in the cache for 30 s after it was Ready, and its trigger
     was never removed)."""
-    state = ClusterState(Clock(), expectation_seconds=30)
+    state = InformerCache(Clock(), expectation_seconds=30)
     state.replace(TRIGGERS, [trigger("t1", "3")])
     state.apply(TRIGGERS, "MODIFIED", trigger("t1", "8"))  # our write, seen first
     state.apply(TRIGGERS, "MODIFIED", trigger("t1", "9"))  # and a later change
@@ -118,7 +127,7 @@ def test_a_write_answered_after_the_object_left_the_watch_does_not_bring_it_back
     bound pod back among the pending ones. Before, it did, for the expectation's 30 s,
     and the planner bought a trigger for a pod that was running."""
     clock = Clock()
-    state = ClusterState(clock, expectation_seconds=30)
+    state = InformerCache(clock, expectation_seconds=30)
     state.replace(PENDING_PODS, [pending("p1", "5"), pending("p2", "5")])
     state.apply(PENDING_PODS, "DELETED", pending("p1", "9"))  # the binding
     state.expect(PENDING_PODS, pending("p1", "8"))  # our write's answer, last
@@ -133,7 +142,7 @@ def test_a_write_answered_after_the_object_left_the_watch_does_not_bring_it_back
 
 def test_deleted_object_stays_gone_and_expectations_expire() -> None:
     clock = Clock()
-    state = ClusterState(clock, expectation_seconds=30)
+    state = InformerCache(clock, expectation_seconds=30)
     state.replace(TRIGGERS, [trigger("t1", "3")])
     state.expect_deleted(TRIGGERS, ("gpu-intent-system", "t1"))
     assert state.objects(TRIGGERS) == []
@@ -153,7 +162,7 @@ def test_a_marked_nodeclaim_deleted_before_it_registered_is_remembered_for_its_t
     and forgets after `LOST_CLAIM_SECONDS`. A registered, a Ready or an unmarked
     NodeClaim going away is no such failure."""
     clock = Clock()
-    state = ClusterState(clock)
+    state, memory = caches(clock)
     lost = nodeclaim("nc-lost", "gpu-standard", marked=["gi-a", "gi-b"])
     relisted = nodeclaim("nc-relisted", "gpu-standard", launched=True, marked=["gi-c"])
     others = [
@@ -167,17 +176,17 @@ def test_a_marked_nodeclaim_deleted_before_it_registered_is_remembered_for_its_t
     state.apply(NODECLAIMS, "DELETED", {"metadata": {"name": "nc-lost"}})
     for claim in others:
         state.apply(NODECLAIMS, "DELETED", claim)
-    assert state.lost_claims() == {"gi-a": "nc-lost", "gi-b": "nc-lost"}
-    assert state.snapshot(datetime(2026, 11, 21, tzinfo=UTC)).lost == state.lost_claims()
+    assert memory.lost_claims() == {"gi-a": "nc-lost", "gi-b": "nc-lost"}
+    assert snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC)).lost == memory.lost_claims()
     clock.t = 100.0
     state.replace(NODECLAIMS, [])  # a relist that no longer has nc-relisted
-    assert state.lost_claims() == {"gi-a": "nc-lost", "gi-b": "nc-lost", "gi-c": "nc-relisted"}
-    clock.t = state_module.LOST_CLAIM_SECONDS + 50.0
-    assert state.lost_claims() == {"gi-c": "nc-relisted"}
+    assert memory.lost_claims() == {"gi-a": "nc-lost", "gi-b": "nc-lost", "gi-c": "nc-relisted"}
+    clock.t = memory_module.LOST_CLAIM_SECONDS + 50.0
+    assert memory.lost_claims() == {"gi-c": "nc-relisted"}
 
 
 def test_snapshot_skips_trigger_pods_among_pending_pods() -> None:
-    state = ClusterState(Clock())
+    state, memory = caches(Clock())
     state.replace(NODEPOOLS, [nodepool("gpu", models=["l4"])])
     pod = gpu_pod("a", "1", model="l4")
     fake_trigger = gpu_pod("gi-1", "1", model="l4")
@@ -187,7 +196,7 @@ def test_snapshot_skips_trigger_pods_among_pending_pods() -> None:
     }
     state.replace(PENDING_PODS, [pod, fake_trigger])
     state.replace(NAMESPACES, [opted_in("ml")])
-    snap = state.snapshot(datetime(2026, 11, 21, tzinfo=UTC))
+    snap = snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC))
     assert [p.ref.name for p in snap.pods] == ["a"]
 
 
@@ -198,16 +207,16 @@ def opted_in(name: str) -> dict[str, Any]:
 def test_pods_in_namespaces_that_did_not_opt_in_are_not_served(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    state = ClusterState(Clock())
+    state, memory = caches(Clock())
     state.replace(NODEPOOLS, [nodepool("gpu", models=["l4"])])
     state.replace(
         PENDING_PODS,
         [gpu_pod("a", "1", model="l4"), gpu_pod("b", "1", model="l4", namespace="dev")],
     )
     state.replace(NAMESPACES, [opted_in("ml")])
-    with caplog.at_level(logging.INFO, logger="controller.state"):
-        snap = state.snapshot(datetime(2026, 11, 21, tzinfo=UTC))
-        state.snapshot(datetime(2026, 11, 21, tzinfo=UTC))
+    with caplog.at_level(logging.INFO, logger="controller.cache"):
+        snap = snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC))
+        snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC))
     assert [str(p.ref) for p in snap.pods] == ["ml/a"]
     said = [r.getMessage() for r in caplog.records if "dev/b" in r.getMessage()]
     assert len(said) == 1 and "namespace dev has not opted in" in said[0]
@@ -256,7 +265,7 @@ BOUND_AT = "2026-11-21T00:00:07Z"
 
 
 def test_a_pod_bound_while_being_scaled_up_for_is_remembered_until_told() -> None:
-    state = ClusterState(Clock())
+    state, memory = caches(Clock())
     state.replace(PENDING_PODS, [])
     triggered = '{"phase":"Triggered","trigger":"gpu-intent-system/gi-x"}'
     native = '{"phase":"Native"}'
@@ -275,20 +284,20 @@ def test_a_pod_bound_while_being_scaled_up_for_is_remembered_until_told() -> Non
         )
         current[("ml", name)] = pod if node else None  # what a read returns: bound, or gone
     # Only pods we were scaling up for are read back (b was Native).
-    assert state.left() == [("ml", "a"), ("ml", "c")]
-    assert state.snapshot(datetime(2026, 11, 21, tzinfo=UTC)).scheduled == []
-    assert state.last_bind() is None
-    for key in state.left():
-        state.resolve_left(key, current[key])
-    assert state.left() == []
-    snap = state.snapshot(datetime(2026, 11, 21, tzinfo=UTC))
+    assert memory.left() == [("ml", "a"), ("ml", "c")]
+    assert snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC)).scheduled == []
+    assert memory.last_bind() is None
+    for key in memory.left():
+        memory.resolve_left(key, current[key])
+    assert memory.left() == []
+    snap = snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC))
     assert [(p.ref.name, p.node) for p in snap.scheduled] == [("a", "n1")]
     # The schedulers' progress, which keeps NodeReady covers while a burst binds.
-    assert snap.last_bind == state.last_bind() == datetime(2026, 11, 21, 0, 0, 7, tzinfo=UTC)
+    assert snap.last_bind == memory.last_bind() == datetime(2026, 11, 21, 0, 0, 7, tzinfo=UTC)
     # What it took of its node counts against the covers of that node's NodeClaim.
     assert snap.used == {"n1": Decimal(1)}
-    state.forget_scheduled(("ml", "a"))
-    after = state.snapshot(datetime(2026, 11, 21, tzinfo=UTC))
+    memory.forget_scheduled(("ml", "a"))
+    after = snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC))
     assert after.scheduled == [] and after.used == {"n1": Decimal(1)}
 
 
@@ -337,13 +346,15 @@ def test_the_cache_keeps_slim_triggers_that_parse_as_the_full_ones() -> None:
         cpu_millis=500,
         memory_bytes=2**30,
     )
-    full["metadata"].update(uid="t-1", resourceVersion="7", creationTimestamp="2026-11-21T12:00:00Z")
+    full["metadata"].update(
+        uid="t-1", resourceVersion="7", creationTimestamp="2026-11-21T12:00:00Z"
+    )
     full["status"] = condition_patch("2026-11-21T12:00:00Z")["status"]
     slim = model.slim_trigger(full)
     assert len(json.dumps(slim)) < len(json.dumps(full)) / 2
     assert "affinity" not in slim["spec"] and "tolerations" not in slim["spec"]
     assert model.parse_trigger(slim) == model.parse_trigger(full) is not None
-    state = ClusterState(Clock())
+    state = InformerCache(Clock())
     state.replace(TRIGGERS, [full])
     assert state.current(TRIGGERS, ("gi", "gi-gpu-l4-abc")) == slim
 
@@ -352,27 +363,27 @@ def test_a_pass_reparses_only_changed_pods_and_all_when_nodepools_change(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls: list[str] = []
-    real = state_module.parse_pending_pod
+    real = cache_module.parse_pending_pod
 
     def counting(obj: dict[str, Any], keys: set[str]) -> Any:
         calls.append(obj["metadata"]["name"])
         return real(obj, keys)
 
-    monkeypatch.setattr(state_module, "parse_pending_pod", counting)
-    state = ClusterState(Clock())
+    monkeypatch.setattr(cache_module, "parse_pending_pod", counting)
+    state, memory = caches(Clock())
     state.replace(NODEPOOLS, [nodepool("gpu", models=["l4"])])
     state.replace(NAMESPACES, [opted_in("ml")])
     state.replace(PENDING_PODS, [gpu_pod(n, "1", model="l4") for n in ("a", "b", "c")])
     now = datetime(2026, 11, 21, tzinfo=UTC)
-    state.snapshot(now)
+    snapshot(state, memory, now)
     assert sorted(calls) == ["a", "b", "c"]
     calls.clear()
-    state.snapshot(now)
+    snapshot(state, memory, now)
     assert calls == []
     changed = gpu_pod("b", "0.5", model="l4")
     changed["metadata"]["resourceVersion"] = "2"
     state.apply(PENDING_PODS, "MODIFIED", changed)
-    assert [p.intent.gpus for p in state.snapshot(now).pods if p.ref.name == "b"] == [
+    assert [p.intent.gpus for p in snapshot(state, memory, now).pods if p.ref.name == "b"] == [
         Decimal("0.5")
     ]
     assert calls == ["b"]
@@ -380,12 +391,12 @@ def test_a_pass_reparses_only_changed_pods_and_all_when_nodepools_change(
     pool = nodepool("gpu", models=["l4"])
     pool["spec"]["template"]["metadata"] = {"labels": {"team": "ml"}}
     state.replace(NODEPOOLS, [pool])
-    state.snapshot(now)
+    snapshot(state, memory, now)
     assert sorted(calls) == ["a", "b", "c"]
 
 
 def test_nodes_are_cached_slim_and_parsed_with_their_pool_readiness_and_label() -> None:
-    state = ClusterState(Clock())
+    state, memory = caches(Clock())
     full = {
         "metadata": {
             "name": "ip-10-1-2-3.ec2.internal",
@@ -405,10 +416,12 @@ def test_nodes_are_cached_slim_and_parsed_with_their_pool_readiness_and_label() 
             "images": [{"names": ["x" * 100]}] * 50,
         },
     }
-    state.replace(state_module.NODES, [full])
-    [kept] = state.objects(state_module.NODES)
+    state.replace(Kind.NODES, [full])
+    [kept] = state.objects(Kind.NODES)
     assert "annotations" not in kept["metadata"] and "images" not in kept["status"]
-    node = state.snapshot(datetime(2026, 11, 21, tzinfo=UTC)).nodes["ip-10-1-2-3.ec2.internal"]
+    node = snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC)).nodes[
+        "ip-10-1-2-3.ec2.internal"
+    ]
     assert (node.pool, node.ready, node.label) == (
         "gpu-hami",
         True,

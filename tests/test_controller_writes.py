@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+from controller.cache import Kind
 from controller.decisions import CreateTrigger, DeleteTrigger, Plan, SetStatus
 from controller.incremental import Pass
 from controller.model import GroupKey, PodRef, ScaleUpStatus
 from controller.reconciler import Controller, ControllerConfig
-from controller.state import PENDING_PODS
 from intent.kube import Kube, KubeError
 
 
@@ -45,7 +45,9 @@ async def test_trigger_creates_and_marks_never_wait_behind_status_writes() -> No
     kube = StuckStatusKube()
     controller = Controller(cast(Kube, kube), ControllerConfig(concurrency=4))
     told = ScaleUpStatus("Triggered", "m", "t")
-    controller._queue_statuses([SetStatus(PodRef("ml", f"p{i}"), told, None) for i in range(20)])
+    controller.executor.queue_statuses(
+        [SetStatus(PodRef("ml", f"p{i}"), told, None) for i in range(20)]
+    )
     for _ in range(20):
         await asyncio.sleep(0)
     assert sum(c.startswith("annotate") for c in kube.calls) == 4  # every report slot busy
@@ -64,7 +66,9 @@ async def test_status_and_event_writes_are_rate_limited_and_trigger_writes_are_n
     config = ControllerConfig(concurrency=8, report_writes_per_second=2)
     controller = Controller(cast(Kube, kube), config)
     told = ScaleUpStatus("Triggered", "m", "t")
-    controller._queue_statuses([SetStatus(PodRef("ml", f"p{i}"), told, None) for i in range(6)])
+    controller.executor.queue_statuses(
+        [SetStatus(PodRef("ml", f"p{i}"), told, None) for i in range(6)]
+    )
     for _ in range(50):
         await asyncio.sleep(0)
     assert sum(c.startswith("annotate") for c in kube.calls) == 2  # the bucket's 2 a second
@@ -73,8 +77,8 @@ async def test_status_and_event_writes_are_rate_limited_and_trigger_writes_are_n
     await asyncio.wait_for(controller.wait_creates(), 5)
     assert "create" in kube.calls and "mark gi-1" in kube.calls
     assert sum(c.startswith("annotate") for c in kube.calls) == 2
-    assert controller._writer is not None
-    controller._writer.cancel()
+    assert controller.executor.reports.task is not None
+    controller.executor.reports.task.cancel()
 
 
 class ReadKube:
@@ -102,14 +106,14 @@ async def test_failed_read_backs_wait_for_the_next_pass_and_settled_ones_poke_it
             "annotations": {"gpu-intent.io/scale-up": '{"phase":"Triggered"}'},
         }
     }
-    controller.state.apply(PENDING_PODS, "ADDED", gone)
-    controller.state.apply(PENDING_PODS, "DELETED", gone)
-    assert controller.state.left() == [("ml", "a")]
+    controller.cache.apply(Kind.PENDING_PODS, "ADDED", gone)
+    controller.cache.apply(Kind.PENDING_PODS, "DELETED", gone)
+    assert controller.memory.left() == [("ml", "a")]
     await controller.read_left()
     assert kube.reads == 1 and not controller._poked.is_set()  # no pass per failed round
     kube.down = False
     await controller.read_left()
-    assert controller.state.left() == [] and controller._poked.is_set()
+    assert controller.memory.left() == [] and controller._poked.is_set()
 
 
 class SlowCreateKube:
@@ -173,8 +177,8 @@ async def test_deletes_and_marks_do_not_wait_for_creates_in_flight() -> None:
     applied = await asyncio.wait_for(controller.reconcile_once(), 1)
     await asyncio.wait_for(controller.wait_creates(), 1)
     assert applied.creates and "create gi-b" in kube.calls
-    if controller._writer is not None:
-        controller._writer.cancel()
+    if controller.executor.reports.task is not None:
+        controller.executor.reports.task.cancel()
 
 
 async def test_deletes_take_no_slot_of_the_creates_in_flight() -> None:
@@ -194,8 +198,8 @@ async def test_deletes_take_no_slot_of_the_creates_in_flight() -> None:
     kube.release.set()
     await asyncio.wait_for(controller.wait_creates(), 1)
     assert sum(c.startswith("create") for c in kube.calls) == 5
-    if controller._writer is not None:
-        controller._writer.cancel()
+    if controller.executor.reports.task is not None:
+        controller.executor.reports.task.cancel()
 
 
 async def test_changes_that_waited_behind_creates_are_not_debounced_again() -> None:

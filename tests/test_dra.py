@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from intent.catalog import Catalog, default_catalog
-from intent.contract import IntentError
+from intent.contract import IntentError, Source
 from intent.dra import (
     DEVICE_CLASSES,
     ClaimDemand,
@@ -266,7 +266,10 @@ def test_a_product_the_catalog_lacks_matches_nothing(catalog: Catalog) -> None:
 
 
 def test_non_gpu_classes_ask_for_nothing(catalog: Catalog) -> None:
-    assert claim_demand(ClaimSource("nic", "nic", spec(exactly("sriov.example.com"))), catalog=catalog) is None
+    assert (
+        claim_demand(ClaimSource("nic", "nic", spec(exactly("sriov.example.com"))), catalog=catalog)
+        is None
+    )
     assert claim_demand(ClaimSource("e", "empty", {}), catalog=catalog) is None
     mixed = demand(catalog, exactly("sriov.example.com", name="nic"), exactly(count=3))
     assert mixed.gpus == 3
@@ -402,7 +405,10 @@ def test_infer_takes_demand_model_and_tokens_from_the_claims(catalog: Catalog) -
     assert (got.intent.gpus, got.intent.model, got.intent.pool, got.intent.model_memory_mib) == (
         Decimal(2), "l4", "gpu", 22888,
     )
-    assert got.intent.source == ("dra:two-l4", "nodeSelector:karpenter.sh/nodepool")
+    assert got.intent.source == (
+        Source("dra", "two-l4"),
+        Source("nodeSelector", "karpenter.sh/nodepool"),
+    )
     assert got.warnings == ()
     reasons = {r.part: r for r in got.reasons}
     assert reasons["gpus"].source == "dra:two-l4"
@@ -418,7 +424,7 @@ def test_infer_sums_several_claims_and_keeps_the_most_memory(catalog: Catalog) -
     got = infer(pod, catalog, claims=claims)
     assert got.intent is not None
     assert (got.intent.gpus, got.intent.model, got.intent.gpu_memory_mib) == (Decimal(4), "a100", 81920)
-    assert got.intent.source == ("dra:big", "dra:more")
+    assert got.intent.source == (Source("dra", "big"), Source("dra", "more"))
 
 
 def test_user_annotations_override_the_claims(catalog: Catalog) -> None:
@@ -436,7 +442,7 @@ def test_a_node_selector_model_wins_over_the_claims_by_the_existing_rule(catalog
                   node_selector={"karpenter.k8s.aws/instance-gpu-name": "t4"})  # fmt: skip
     got = infer(pod, catalog, claims=[ClaimSource("gpu", "two-l4", L4_CLAIM)])
     assert got.intent is not None and got.intent.model == "t4"
-    assert "rule:model-earlier-source" in got.intent.source
+    assert Source("rule", "model-earlier-source") in got.intent.source
     assert "model: kept t4 (nodeSelector instance-gpu-name), not l4 (dra two-l4)" in got.warnings
 
 
@@ -471,7 +477,9 @@ def test_a_claim_missing_from_those_given_is_warned(catalog: Catalog) -> None:
 
 def test_claims_of_non_gpu_classes_give_no_intent(catalog: Catalog) -> None:
     pod = dra_pod({"name": "nic", "resourceClaimName": "nic"})
-    got = infer(pod, catalog, claims=[ClaimSource("nic", "nic", spec(exactly("sriov.example.com")))])
+    got = infer(
+        pod, catalog, claims=[ClaimSource("nic", "nic", spec(exactly("sriov.example.com")))]
+    )
     assert got == type(got)(None, (), ())
 
 
@@ -483,7 +491,7 @@ def test_infer_passes_can_serve_and_classes_to_the_claims(catalog: Catalog) -> N
                 device_classes={"vgpu.example.com": ("nvidia", "gpu")})  # fmt: skip
     assert got.intent is not None
     assert (got.intent.gpus, got.intent.model) == (Decimal(3), "l4")
-    assert got.intent.source == ("dra:fa", "dra:custom")
+    assert got.intent.source == (Source("dra", "fa"), Source("dra", "custom"))
 
 
 # --- fuzz ------------------------------------------------------------------------------------
@@ -539,4 +547,8 @@ def test_claim_demand_raises_nothing_but_intent_error(claim: Any, name: Any, ser
 def test_infer_with_claims_raises_nothing_but_intent_error(claim: Any, entries: Any) -> None:
     pod = {"metadata": {"name": "p"}, "spec": {"resourceClaims": entries, "containers": [{"name": "c"}]}}
     with contextlib.suppress(IntentError):
-        infer(pod, default_catalog(), claims=[ClaimSource("a", "x", claim), ClaimSource("b", "y", claim)])
+        infer(
+            pod,
+            default_catalog(),
+            claims=[ClaimSource("a", "x", claim), ClaimSource("b", "y", claim)],
+        )

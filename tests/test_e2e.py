@@ -13,7 +13,7 @@ from e2e_support import TRIGGERS_NS, Env, NodeClaimCount, eventually, settled
 
 from controller.model import ScaleUpStatus
 from gpu_intent.demo import apply, default_examples, load_manifests
-from intent.contract import Intent
+from intent.contract import Intent, Source
 
 
 async def create_workloads(env: Env) -> list[dict[str, Any]]:
@@ -30,7 +30,7 @@ def intent_of(pod: dict[str, Any]) -> Intent | None:
 
 def is_native(pod: dict[str, Any]) -> bool:
     intent = intent_of(pod)
-    return intent is not None and "resources:nvidia.com/gpu" in intent.source
+    return intent is not None and Source("resources", "nvidia.com/gpu") in intent.source
 
 
 async def test_without_controller_sharing_layer_pods_stay_pending_while_whole_gpu_pod_gets_a_node(
@@ -237,7 +237,7 @@ async def test_informer_relists_after_410_and_sees_later_changes(env: Env) -> No
         await create_workloads(env)
 
         async def relisted_and_caught_up() -> bool:
-            pending = controller.state.objects("pending-pods")
+            pending = controller.cache.objects("pending-pods")
             return (
                 expired() > before
                 and len([p for p in pending if p["metadata"]["namespace"] == "ml"]) == 5
@@ -260,10 +260,10 @@ async def test_the_pending_pod_informer_leaves_triggers_to_their_own(env: Env) -
         await create_workloads(env)
 
         async def triggers_cached() -> bool:
-            return bool(await env.pods(TRIGGERS_NS)) and bool(controller.state.objects("triggers"))
+            return bool(await env.pods(TRIGGERS_NS)) and bool(controller.cache.objects("triggers"))
 
         await eventually(triggers_cached, 10)
-        pending = controller.state.objects("pending-pods")
+        pending = controller.cache.objects("pending-pods")
         assert pending and all(p["metadata"]["namespace"] != TRIGGERS_NS for p in pending)
     finally:
         task.cancel()

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from gpu_intent.cli import main
-from intent.catalog import use_catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "tests" / "fixtures" / "manifests"
@@ -76,12 +75,6 @@ def explain_json(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[st
     assert code == 0, err
     result: list[dict[str, Any]] = json.loads(out)
     return result
-
-
-@pytest.fixture(autouse=True)
-def _builtin_catalog() -> Any:
-    yield
-    use_catalog(None)  # --catalog sets the process's catalog; tests must not leak it
 
 
 def test_every_fixture_manifest_gets_model_and_gpus_right(capsys: pytest.CaptureFixture[str]) -> None:
@@ -269,6 +262,9 @@ def test_catalog_flag_is_read(capsys: pytest.CaptureFixture[str], tmp_path: Path
     catalog.write_text("families:\n  tke:\n    GN7: l4\n")
     result = explain_json(capsys, "--catalog", str(catalog), "-f", str(MANIFESTS / "tke.yaml"))
     assert result[0]["annotations"]["gpu-intent.io/model"] == "l4"
+    # the next run, in the same process, without the flag: the built-in catalog
+    result = explain_json(capsys, "-f", str(MANIFESTS / "tke.yaml"))
+    assert result[0]["annotations"]["gpu-intent.io/model"] == "t4"
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,15 @@ from typing import Any
 
 import pytest
 
-from intent.contract import Intent, IntentError
+from intent.contract import Intent, IntentError, Source
 from intent.inference import canonical_model, infer, infer_intent
 from intent.quantity import parse_count, parse_quantity, to_mib
+
+
+def tokens(intent: Intent | None) -> tuple[str, ...]:
+    """The source tokens of ``intent`` as its annotation writes them."""
+    assert intent is not None
+    return tuple(map(str, intent.source))
 
 
 def container(
@@ -74,7 +80,7 @@ def test_hami_gpumem_in_k_is_mib_and_gpucores_sets_the_share() -> None:
     assert result.gpus == Decimal("0.3")
     assert result.gpu_memory_mib == 3000
     assert result.model == "a100"
-    assert result.source == (
+    assert tokens(result) == (
         "hami:nvidia.com/gpumem",
         "hami:nvidia.com/gpucores",
         "hami:nvidia.com/use-gputype",
@@ -86,7 +92,7 @@ def test_hami_gpumem_alone_counts_a_whole_gpu_per_vgpu() -> None:
     result = intent_of(pod(container(limits={"nvidia.com/gpu": "2", "nvidia.com/gpumem": 8000})))
     assert result.gpus == 2
     assert result.gpu_memory_mib == 8000
-    assert result.source == ("hami:nvidia.com/gpumem",)
+    assert tokens(result) == ("hami:nvidia.com/gpumem",)
 
 
 def test_hami_takes_the_larger_of_cores_and_memory_percentage() -> None:
@@ -116,7 +122,7 @@ def test_hami_example_use_memory_fraction_is_two_gpus() -> None:
     result = intent_of(pod(container(limits=limits)))
     assert result.gpus == 2  # not 2 x 0.5 = 1
     assert result.gpu_memory_mib is None  # a percentage, not MiB
-    assert result.source == (
+    assert tokens(result) == (
         "hami:nvidia.com/gpu",
         "hami:nvidia.com/gpumem-percentage",
         "hami:nvidia.com/gpucores",
@@ -144,7 +150,7 @@ def test_hami_example_vllm_cross_vgpu_is_two_gpus() -> None:
     }
     result = intent_of(pod(container(requests, limits)))
     assert result.gpus == 2  # not 2 x 0.3 = 0.6
-    assert result.source == (
+    assert tokens(result) == (
         "hami:nvidia.com/gpu",
         "hami:nvidia.com/gpumem-percentage",
         "hami:nvidia.com/gpucores",
@@ -157,7 +163,7 @@ def test_hami_n_vgpus_with_gpumem_keep_mib_per_gpu() -> None:
     assert result.gpus == 4  # not 4 x 0.5
     assert result.gpu_memory_mib == 10000  # per GPU, not 4 x 10000
     assert result.model == "a100"
-    assert result.source == (
+    assert tokens(result) == (
         "hami:nvidia.com/gpu",
         "hami:nvidia.com/gpumem",
         "hami:nvidia.com/gpucores",
@@ -168,7 +174,9 @@ def test_hami_n_vgpus_with_gpumem_keep_mib_per_gpu() -> None:
 def test_hami_one_vgpu_memory_percentage_stays_a_fraction() -> None:
     res = {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50"}
     result = intent_of(pod(container(limits=res)))
-    assert result == Intent(gpus=Decimal("0.5"), source=("hami:nvidia.com/gpumem-percentage",))
+    assert result == Intent(
+        gpus=Decimal("0.5"), source=(Source("hami", "nvidia.com/gpumem-percentage"),)
+    )
 
 
 def test_hami_use_gputype_takes_the_first_entry_in_any_case() -> None:
@@ -196,7 +204,7 @@ def test_hami_percentage_over_100_is_an_error() -> None:
 
 def test_kai_fraction() -> None:
     result = intent_of(pod(annotations={"gpu-fraction": "0.5"}))
-    assert result == Intent(gpus=Decimal("0.5"), source=("kai:gpu-fraction",))
+    assert result == Intent(gpus=Decimal("0.5"), source=(Source("kai", "gpu-fraction"),))
 
 
 def test_kai_fraction_on_several_devices_is_whole_gpus() -> None:
@@ -207,7 +215,8 @@ def test_kai_fraction_on_several_devices_is_whole_gpus() -> None:
 def test_kai_half_on_two_devices_is_two_gpus() -> None:
     result = intent_of(pod(annotations={"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"}))
     assert result == Intent(
-        gpus=Decimal(2), source=("kai:gpu-fraction", "kai:gpu-fraction-num-devices")
+        gpus=Decimal(2),
+        source=(Source("kai", "gpu-fraction"), Source("kai", "gpu-fraction-num-devices")),
     )
 
 
@@ -220,14 +229,14 @@ def test_kai_memory_on_several_devices_keeps_mib_per_device() -> None:
     result = intent_of(pod(annotations={"gpu-memory": "2000", "gpu-fraction-num-devices": "3"}))
     assert result.gpus == 3
     assert result.gpu_memory_mib == 2000
-    assert result.source == ("kai:gpu-memory", "kai:gpu-fraction-num-devices")
+    assert tokens(result) == ("kai:gpu-memory", "kai:gpu-fraction-num-devices")
 
 
 def test_kai_memory_alone_counts_a_tenth_of_a_gpu() -> None:
     result = intent_of(pod(annotations={"gpu-memory": "2000"}))
     assert result.gpus == Decimal("0.1")
     assert result.gpu_memory_mib == 2000
-    assert result.source == ("kai:gpu-memory",)
+    assert tokens(result) == ("kai:gpu-memory",)
 
 
 @pytest.mark.parametrize("raw", ["abc", "0", "-0.5", "1.5", "NaN", "Infinity", ""])
@@ -261,7 +270,7 @@ def test_tensor_fusion_model_vram_and_pool() -> None:
     assert result.model == "a100"
     assert result.gpu_memory_mib == 20480
     assert result.pool == "shared-a100"
-    assert result.source == (
+    assert tokens(result) == (
         "tensor-fusion:tensor-fusion.ai/vram-request",
         "tensor-fusion:tensor-fusion.ai/gpu-model",
         "tensor-fusion:tensor-fusion.ai/gpupool",
@@ -277,7 +286,7 @@ def test_tensor_fusion_count_with_compute_percent_is_whole_gpus() -> None:
     result = intent_of(pod(annotations=annotations))
     assert result.gpus == 2  # 2 distinct GPUs, not 2 x 0.25 = 0.5
     assert result.pool == "pool-b"
-    assert result.source == (
+    assert tokens(result) == (
         "tensor-fusion:tensor-fusion.ai/gpu-count",
         "tensor-fusion:tensor-fusion.ai/compute-percent-request",
         "tensor-fusion:tensor-fusion.ai/gpu-pool",
@@ -293,7 +302,7 @@ def test_tensor_fusion_count_with_vram_keeps_mib_per_gpu() -> None:
     result = intent_of(pod(labels={"tensor-fusion.ai/enabled": "true"}, annotations=annotations))
     assert result.gpus == 3
     assert result.gpu_memory_mib == 20480  # per GPU, not 3 x 20Gi
-    assert result.source == (
+    assert tokens(result) == (
         "tensor-fusion:tensor-fusion.ai/gpu-count",
         "tensor-fusion:tensor-fusion.ai/compute-percent-request",
         "tensor-fusion:tensor-fusion.ai/vram-request",
@@ -310,7 +319,9 @@ def test_tensor_fusion_one_gpu_keeps_the_compute_share() -> None:
 
 def test_tensor_fusion_label_alone_is_one_gpu() -> None:
     result = intent_of(pod(labels={"tensor-fusion.ai/enabled": "true"}))
-    assert result == Intent(gpus=Decimal(1), source=("tensor-fusion:tensor-fusion.ai/enabled",))
+    assert result == Intent(
+        gpus=Decimal(1), source=(Source("tensor-fusion", "tensor-fusion.ai/enabled"),)
+    )
 
 
 def test_tensor_fusion_label_false_is_no_demand() -> None:
@@ -324,8 +335,8 @@ def test_nodepool_selector_wins_over_tensor_fusion_pool() -> None:
     )
     result = intent_of(p)
     assert result.pool == "gpu"
-    assert "nodeSelector:karpenter.sh/nodepool" in result.source
-    assert "tensor-fusion:tensor-fusion.ai/gpupool" not in result.source
+    assert "nodeSelector:karpenter.sh/nodepool" in tokens(result)
+    assert "tensor-fusion:tensor-fusion.ai/gpupool" not in tokens(result)
 
 
 def test_tensor_fusion_bad_vram_is_an_error() -> None:
@@ -344,7 +355,10 @@ def test_whole_gpus_with_aws_gpu_name_selector() -> None:
     assert intent_of(p) == Intent(
         gpus=Decimal(2),
         model="a100",
-        source=("resources:nvidia.com/gpu", "nodeSelector:karpenter.k8s.aws/instance-gpu-name"),
+        source=(
+            Source("resources", "nvidia.com/gpu"),
+            Source("nodeSelector", "karpenter.k8s.aws/instance-gpu-name"),
+        ),
     )
 
 
@@ -370,7 +384,7 @@ def test_node_affinity_in_gives_model_and_pool() -> None:
     assert result is not None
     assert result.model == "t4"  # the first listed of two: an ambiguity resolved by rule
     assert result.pool == "gpu-t4"
-    assert result.source == (
+    assert tokens(result) == (
         "resources:nvidia.com/gpu",
         "nodeAffinity:cloud.google.com/gke-accelerator",
         "rule:model-first-listed",
@@ -400,7 +414,7 @@ def test_node_constraint_wins_over_a_disagreeing_sharing_layer_model() -> None:
     inference = infer(p)
     assert inference.intent is not None
     assert inference.intent.model == "a100"
-    assert inference.intent.source[-2:] == (
+    assert tokens(inference.intent)[-2:] == (
         "nodeSelector:karpenter.k8s.aws/instance-gpu-name",
         "rule:model-earlier-source",
     )
@@ -417,9 +431,9 @@ def test_sharing_layer_model_that_agrees_with_the_selector_is_recorded_too() -> 
     )
     result = intent_of(p)
     assert (result.model, result.model_memory_mib) == ("a100", 81920)
-    assert "nodeSelector:nvidia.com/gpu.product" in result.source
-    assert "tensor-fusion:tensor-fusion.ai/gpu-model" in result.source
-    assert not any(t.startswith("rule:") for t in result.source)
+    assert "nodeSelector:nvidia.com/gpu.product" in tokens(result)
+    assert "tensor-fusion:tensor-fusion.ai/gpu-model" in tokens(result)
+    assert result is not None and all(s.where != "rule" for s in result.source)
 
 
 def test_init_container_peak_beats_smaller_sum() -> None:
@@ -489,7 +503,9 @@ def test_malformed_affinity_costs_only_the_constraints() -> None:
         "nodeSelectorTerms": "x"}}}  # fmt: skip
     assert infer_intent(pod(affinity=bad_affinity)) is None
     inference = infer(pod(container(limits={"nvidia.com/gpu": "1"}), affinity=bad_affinity))
-    assert inference.intent == Intent(gpus=Decimal(1), source=("resources:nvidia.com/gpu",))
+    assert inference.intent == Intent(
+        gpus=Decimal(1), source=(Source("resources", "nvidia.com/gpu"),)
+    )
     assert any("nodeSelectorTerms is not a list" in w for w in inference.warnings)
 
 
@@ -588,7 +604,7 @@ def test_hami_n_vgpus_with_memory_percentage_alone_are_n_gpus() -> None:
     res = {"nvidia.com/gpu": "3", "nvidia.com/gpumem-percentage": "25"}
     result = intent_of(pod(container(limits=res)))
     assert result.gpus == 3  # not 3 x 0.25
-    assert result.source[:2] == ("hami:nvidia.com/gpu", "hami:nvidia.com/gpumem-percentage")
+    assert tokens(result)[:2] == ("hami:nvidia.com/gpu", "hami:nvidia.com/gpumem-percentage")
 
 
 def test_aks_mi300x_pod_asking_amd_gpu_gets_an_intent() -> None:
@@ -600,7 +616,7 @@ def test_aks_mi300x_pod_asking_amd_gpu_gets_an_intent() -> None:
     )
     result = intent_of(p)
     assert (result.gpus, result.model, result.model_memory_mib) == (1, "mi300x", 196608)
-    assert result.source == (
+    assert tokens(result) == (
         "resources:amd.com/gpu",
         "nodeSelector:node.kubernetes.io/instance-type",
     )
@@ -608,7 +624,7 @@ def test_aks_mi300x_pod_asking_amd_gpu_gets_an_intent() -> None:
 
 def test_amd_gpu_alone_is_whole_gpus_with_no_model() -> None:
     result = intent_of(pod(container(requests={"amd.com/gpu": "8"}, limits={"amd.com/gpu": "8"})))
-    assert result == Intent(gpus=Decimal(8), source=("resources:amd.com/gpu",))
+    assert result == Intent(gpus=Decimal(8), source=(Source("resources", "amd.com/gpu"),))
 
 
 def test_instance_type_selector_names_the_40gb_a100() -> None:
@@ -629,7 +645,7 @@ def test_instance_types_of_one_gpu_are_no_ambiguity() -> None:
     inference = infer(pod(container(limits={"nvidia.com/gpu": "1"}), affinity=affinity))
     assert inference.intent is not None
     assert inference.intent.model == "l40s"
-    assert inference.intent.source == (
+    assert tokens(inference.intent) == (
         "resources:nvidia.com/gpu",
         "nodeAffinity:node.kubernetes.io/instance-type",
     )
@@ -640,7 +656,7 @@ def test_instance_types_of_two_gpus_take_the_first_with_a_warning() -> None:
     affinity = aff_in("node.kubernetes.io/instance-type", "g6e.2xlarge", "p4d.24xlarge")
     inference = infer(pod(container(limits={"nvidia.com/gpu": "1"}), affinity=affinity))
     assert inference.intent is not None and inference.intent.model == "l40s"
-    assert "rule:model-first-listed" in inference.intent.source
+    assert "rule:model-first-listed" in tokens(inference.intent)
     assert inference.warnings == (
         "model: chose g6e.2xlarge of g6e.2xlarge,p4d.24xlarge (first listed in nodeAffinity "
         "instance-type)",
@@ -663,7 +679,7 @@ def test_eks_auto_mode_gpu_name_label() -> None:
     )  # fmt: skip
     result = intent_of(p)
     assert result.model == "l40s"
-    assert "nodeSelector:eks.amazonaws.com/instance-gpu-name" in result.source
+    assert "nodeSelector:eks.amazonaws.com/instance-gpu-name" in tokens(result)
 
 
 def test_hami_use_gputype_alone_with_whole_gpus_names_the_model() -> None:
@@ -673,7 +689,7 @@ def test_hami_use_gputype_alone_with_whole_gpus_names_the_model() -> None:
     inference = infer(p)
     assert inference.intent is not None
     assert (inference.intent.gpus, inference.intent.model) == (2, "a100")
-    assert inference.intent.source == (
+    assert tokens(inference.intent) == (
         "resources:nvidia.com/gpu",
         "hami:nvidia.com/use-gputype",
         "rule:model-first-listed",
@@ -699,7 +715,7 @@ def test_hami_nouse_gputype_excludes_listed_candidates_as_substrings() -> None:
     )
     inference = infer(p)
     assert inference.intent is not None and inference.intent.model == "l4"
-    assert "hami:nvidia.com/nouse-gputype" in inference.intent.source
+    assert "hami:nvidia.com/nouse-gputype" in tokens(inference.intent)
     assert inference.warnings == ()  # one candidate left: nothing ambiguous
 
 
@@ -747,7 +763,7 @@ def test_mig_slice_product_is_a_seventh_of_the_40gb_a100() -> None:
     result = intent_of(p)
     assert (result.model, result.model_memory_mib) == ("a100", 40960)
     assert result.gpus == Decimal("0.142858")  # 1/7 rounded up to a millionth
-    assert "mig:1g.5gb" in result.source
+    assert "mig:1g.5gb" in tokens(result)
 
 
 def test_memory_the_pod_states_picks_the_model_that_fits() -> None:
@@ -757,7 +773,7 @@ def test_memory_the_pod_states_picks_the_model_that_fits() -> None:
     )
     inference = infer(p)
     assert inference.intent is not None and inference.intent.model == "l40s"  # l4: 22888 MiB
-    assert "rule:model-memory-fits" in inference.intent.source
+    assert "rule:model-memory-fits" in tokens(inference.intent)
     assert inference.warnings == (
         "model: chose l40s of l4,l40s (first with 30000 MiB in nodeAffinity instance-gpu-name)",
     )
@@ -813,7 +829,9 @@ def test_pool_that_is_not_a_nodepool_name_is_left_out() -> None:
 def test_broken_sharing_layer_falls_back_to_the_whole_gpu_request() -> None:
     res = {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150"}
     inference = infer(pod(container(limits=res)))
-    assert inference.intent == Intent(gpus=Decimal(1), source=("resources:nvidia.com/gpu",))
+    assert inference.intent == Intent(
+        gpus=Decimal(1), source=(Source("resources", "nvidia.com/gpu"),)
+    )
     (warning,) = inference.warnings
     assert warning.startswith("hami ignored: ") and "gpucores" in warning
 
@@ -822,7 +840,7 @@ def test_nodepool_in_list_takes_the_first_with_a_warning() -> None:
     affinity = aff_in("karpenter.sh/nodepool", "gpu-a", "gpu-b")
     inference = infer(pod(container(limits={"nvidia.com/gpu": "1"}), affinity=affinity))
     assert inference.intent is not None and inference.intent.pool == "gpu-a"
-    assert "rule:pool-first-listed" in inference.intent.source
+    assert "rule:pool-first-listed" in tokens(inference.intent)
     assert inference.warnings == ("pool: chose gpu-a of gpu-a,gpu-b (first listed in nodeAffinity nodepool)",)
 
 
@@ -830,7 +848,7 @@ def test_sharing_layers_that_disagree_keep_the_first_with_a_warning() -> None:
     p = pod(annotations={"gpu-fraction": "0.5", "tensor-fusion.ai/compute-percent-request": "20"})
     inference = infer(p)
     assert inference.intent is not None and inference.intent.gpus == Decimal("0.5")
-    assert "rule:gpus-earlier-source" in inference.intent.source
+    assert "rule:gpus-earlier-source" in tokens(inference.intent)
     assert inference.warnings == (
         "gpus: kept 0.5 (kai gpu-fraction), not 0.2 (tensor-fusion compute-percent-request)",
     )
@@ -844,7 +862,7 @@ def test_user_gpus_win_and_are_recorded() -> None:
     inference = infer(p)
     assert inference.intent is not None
     assert inference.intent.gpus == Decimal("0.25")
-    assert inference.intent.source == ("user:gpu-intent.io/gpus",)
+    assert tokens(inference.intent) == ("user:gpu-intent.io/gpus",)
     assert inference.warnings == (
         "gpus: kept your 0.25 (gpu-intent.io/gpus), not 1 (resources gpu)",
     )
@@ -852,7 +870,7 @@ def test_user_gpus_win_and_are_recorded() -> None:
 
 def test_user_gpus_alone_make_a_gpu_pod() -> None:
     result = intent_of(pod(annotations={"gpu-intent.io/gpus": "0.25"}))
-    assert result == Intent(gpus=Decimal("0.25"), source=("user:gpu-intent.io/gpus",))
+    assert result == Intent(gpus=Decimal("0.25"), source=(Source("user", "gpu-intent.io/gpus"),))
 
 
 def test_user_model_is_normalized_through_the_catalog_and_wins() -> None:
@@ -863,7 +881,7 @@ def test_user_model_is_normalized_through_the_catalog_and_wins() -> None:
     )
     result = intent_of(p)
     assert (result.model, result.model_memory_mib) == ("a100", 81920)
-    assert result.source[1:] == (
+    assert tokens(result)[1:] == (
         "user:gpu-intent.io/model",
         "nodeSelector:karpenter.k8s.aws/instance-gpu-name",
     )

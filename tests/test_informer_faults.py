@@ -13,8 +13,8 @@ import pytest
 from e2e_support import eventually, free_port
 from kubernetes_asyncio import client
 
+from controller.cache import InformerCache, Kind
 from controller.informer import Informer, InformerSpec, retry_delay
-from controller.state import PENDING_PODS, ClusterState
 from intent.kube import PODS, Kube, KubeError, load_configuration
 from sim.faults import Faults
 from sim.server import ApiServer
@@ -37,11 +37,11 @@ class Rig:
 
     def __init__(self, server: ApiServer, faults: Faults, store: Store, kube: Kube) -> None:
         self.server, self.faults, self.store, self.kube = server, faults, store, kube
-        self.state = ClusterState(time.monotonic)
+        self.state = InformerCache(time.monotonic)
         self.waits: list[float] = []
         self.informer = Informer(
             kube,
-            InformerSpec(PENDING_PODS, PODS, field_selector="spec.nodeName="),
+            InformerSpec(Kind.PENDING_PODS, PODS, field_selector="spec.nodeName="),
             self.state,
             lambda: None,
             max_backoff=MAX_BACKOFF,
@@ -51,7 +51,7 @@ class Rig:
     def restarts(self, reason: str) -> float:
         """The informer's relists for ``reason``, from the registry it counts on."""
         value = self.informer.metrics.registry.get_sample_value(
-            "gpu_intent_informer_restarts_total", {"informer": PENDING_PODS, "reason": reason}
+            "gpu_intent_informer_restarts_total", {"informer": Kind.PENDING_PODS, "reason": reason}
         )
         return value or 0.0
 
@@ -61,7 +61,7 @@ class Rig:
 
     async def sees(self, name: str, seconds: float = 10.0) -> None:
         async def cached() -> bool:
-            return self.state.current(PENDING_PODS, ("default", name)) is not None
+            return self.state.current(Kind.PENDING_PODS, ("default", name)) is not None
 
         await eventually(cached, seconds)
 
@@ -164,8 +164,8 @@ async def test_lost_connection_backs_off_within_the_cap(tmp_path: Path) -> None:
 
     informer = Informer(
         kube,
-        InformerSpec(PENDING_PODS, PODS),
-        ClusterState(time.monotonic),
+        InformerSpec(Kind.PENDING_PODS, PODS),
+        InformerCache(time.monotonic),
         lambda: None,
         max_backoff=MAX_BACKOFF,
         sleep=sleep,

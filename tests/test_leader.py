@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
+import e2e_support
 import pytest
 from conftest import make_env
 from e2e_support import EXAMPLE_PODS, TRIGGERS_NS, Env, NodeClaimCount, TriggerCount, eventually
@@ -155,13 +156,25 @@ async def test_a_stale_resource_version_is_a_conflict_as_kube_apiserver_answers(
     assert final["spec"]["leaseTransitions"] == 1
 
 
+class CountingElector(LeaderElector):
+    """Counts its attempts to acquire or renew the Lease, completed or failed."""
+
+    attempts = 0
+
+    async def try_acquire_or_renew(self) -> bool:
+        try:
+            return await super().try_acquire_or_renew()
+        finally:
+            self.attempts += 1
+
+
 async def test_of_racing_candidates_exactly_one_leads_and_a_loser_stops_at_once(
     env: Env,
 ) -> None:
     started: list[str] = []
 
-    def elector(kube: Kube, identity: str) -> LeaderElector:
-        return LeaderElector(
+    def elector(kube: Kube, identity: str) -> CountingElector:
+        return CountingElector(
             kube, LeaderElectionConfig(TRIGGERS_NS, identity, release_on_cancel=False, **FAST)
         )
 
@@ -176,7 +189,9 @@ async def test_of_racing_candidates_exactly_one_leads_and_a_loser_stops_at_once(
             "b": asyncio.create_task(b.run(lambda: lead("b"))),
         }
         await eventually(lambda: _true(bool(started)), 5)
-        await asyncio.sleep(1.0)  # several retry periods: the other never leads meanwhile
+        # Five more attempts of each (retry periods): the other never leads meanwhile.
+        floor = {e: e.attempts + 5 for e in (a, b)}
+        await eventually(lambda: _true(all(e.attempts >= n for e, n in floor.items())), 5)
         assert len(started) == 1
         leader = started[0]
         assert (a if leader == "a" else b).leading.is_set()
@@ -245,7 +260,9 @@ async def workloads(env: Env) -> list[str]:
 async def settled(env: Env) -> bool:
     pods = await env.pods("ml")
     triggers = await env.pods(TRIGGERS_NS, "gpu-intent.io/trigger=true")
-    return len(pods) == EXAMPLE_PODS and all(p["spec"].get("nodeName") for p in pods) and not triggers
+    return (
+        len(pods) == EXAMPLE_PODS and all(p["spec"].get("nodeName") for p in pods) and not triggers
+    )
 
 
 def kube_for(env: Env) -> CountingKube:
@@ -307,7 +324,9 @@ async def two_replicas(env: Env, release: bool) -> None:
         if release:
             assert took < 0.7, took  # taken within one jittered retry period (0.2-0.44 s)
         await eventually(lambda: settled(env), 25)
-        await asyncio.sleep(1.5)  # a late duplicate would show within a batch window
+        # Two passes of the leader, then a Karpenter batch (or nothing pending): a late
+        # duplicate trigger or NodeClaim would show by then.
+        await e2e_support.settled(env, b)
         # Each trigger admitted once (a create cancelled in flight may land uncounted).
         assert kube_a.creates + kube_b.creates <= triggers.adds == len(triggers.created)
         # No pod was ever in two triggers, and one trigger per GPU model needed (a pod that
@@ -391,7 +410,7 @@ async def test_a_leader_that_cannot_renew_stops_acting_before_the_lease_can_expi
 
     task = asyncio.create_task(elector.run(lead))
     await asyncio.wait_for(leading.wait(), 2)
-    await asyncio.sleep(0.5)  # renewing fine meanwhile
+    await eventually(lambda: _true(api.version >= 3), 5)  # created, then renewed twice
     assert not task.done()
     api.down = True
     cut = time.monotonic()

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import e2e_support
 import pytest
 from conftest import make_env
 from e2e_support import TRIGGERS_NS, Env, NodeClaimCount, TriggerCount, eventually
@@ -126,7 +127,9 @@ async def restart_at(env: Env, point: str) -> None:
         second_task = asyncio.create_task(second.run())
         # 12-15 s alone; a full suite on 2 shared cores stretched it past 25 s twice in ~20 runs
         await eventually(lambda: settled(env), 60)
-        await asyncio.sleep(1.5)  # a late duplicate would show within a batch window
+        # Two passes of the new controller, then a Karpenter batch (or nothing pending): a
+        # late duplicate trigger or NodeClaim would show by then.
+        await e2e_support.settled(env, second)
         assert await env.pods(TRIGGERS_NS, "gpu-intent.io/trigger=true") == []  # none leaked
         # No pod was ever in two triggers, and one trigger per GPU model needed (a pod that
         # arrives after its group's trigger is placed into it, not named in its serves).

@@ -515,7 +515,7 @@ async def test_timeout_fails_the_call_after_timeout_seconds(
     cluster: Cluster, webhook: Webhook
 ) -> None:
     async def slow(request: dict[str, Any]) -> web.StreamResponse:
-        await asyncio.sleep(3)
+        await asyncio.sleep(3)  # a slow webhook, the thing under test: past timeoutSeconds 1
         return review_response(request)
 
     webhook.respond["/mutate"] = slow

@@ -620,8 +620,10 @@ async def test_a_dra_pod_without_a_dra_node_stays_pending_and_karpenter_skips_it
         assert events[0]["reason"] == "FailedScheduling"
         assert events[0]["message"] == f"Failed to schedule pod, {dra.KARPENTER_DRA_ERROR}"
         assert any(dra.KARPENTER_DRA_LOG in r.getMessage() for r in caplog.records)
-        # Three more batch windows (max 1 s each) and a requeue (2 s): still nothing bought.
-        await asyncio.sleep(3 * FAST.batch_max_seconds + FAST.requeue_seconds)
+        # Two more batches, each the pod's requeue (2 s) retried: still nothing bought.
+        karpenter = sim.cluster.karpenter
+        assert karpenter is not None
+        await karpenter.batches(2, within=3 * (FAST.requeue_seconds + FAST.batch_max_seconds))
         assert count.created == {}
         assert await sim.nodeclaims() == []
         assert (await sim.pod("worker"))["status"]["phase"] == "Pending"

@@ -1199,7 +1199,9 @@ async def test_an_empty_node_is_removed_after_consolidate_after_and_validation()
         [node] = objects(store, NODES)
         # DaemonSet pods (the device plugin) do not count: the node is empty.
         assert [p["spec"]["nodeName"] for p in objects(store, PODS)] == [node["metadata"]["name"]]
-        await asyncio.sleep(1.0)  # < consolidateAfter 1 s + validation 0.5 s
+        # Time, not an event: the timers are under test (< consolidateAfter 1 s +
+        # validation 0.5 s: still there).
+        await asyncio.sleep(1.0)
         assert [c["metadata"]["name"] for c in objects(store, NODECLAIMS)] == [
             claim["metadata"]["name"]
         ]
@@ -1238,7 +1240,9 @@ async def test_an_empty_node_is_kept(blocker: str) -> None:
             daemon["spec"]["nodeName"] = node["metadata"]["name"]
             daemon["status"] = {"phase": "Running"}
             add_pods(store, daemon)
-        await asyncio.sleep(1.5)  # three validation periods, several nomination windows
+        # Time, not an event: a blocked node starts no consolidation timer whose pass a
+        # test could wait on; three validation periods, several nomination windows.
+        await asyncio.sleep(1.5)
         assert len(objects(store, NODECLAIMS)) == 1 and len(objects(store, NODES)) == 1
 
 

@@ -197,11 +197,11 @@ async def test_with_the_scheduler_a_pod_runs_and_is_deleted(store: Store) -> Non
         deadline = loop.time() + 2
         while get(store)["status"].get("phase") != "Running":
             assert loop.time() < deadline
-            await asyncio.sleep(0.01)
+            await store.wait_changed(deadline - loop.time())  # the next write, not a poll
         store.delete(PODS, "default", "web")
         while exists(store):
             assert loop.time() < deadline
-            await asyncio.sleep(0.01)
+            await store.wait_changed(deadline - loop.time())
     finally:
         for task in tasks:
             task.cancel()

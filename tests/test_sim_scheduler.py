@@ -449,7 +449,7 @@ async def test_retries_when_a_pod_is_deleted(store: Store, running: SimScheduler
     add_pod(store, "second", limits={"nvidia.com/gpu": "1"})
     await until(lambda: scheduled(store, "second").get("reason") == "Unschedulable")
     store.delete(PODS, "default", "first")  # graceful: still holds its GPU
-    await asyncio.sleep(0.1)
+    await running.passed(names=["default-scheduler"], within=2)  # it would have bound it
     assert "nodeName" not in get(store, "second")["spec"]
     store.force_remove(PODS, "default", "first")  # what the kubelet does at the end
     await until(lambda: get(store, "second")["spec"].get("nodeName") == "gpu-1")
@@ -463,9 +463,13 @@ async def test_no_writes_after_settling(store: Store, running: SimScheduler) -> 
     add_pod(store, "gated", schedulingGates=[{"name": "x"}])
     add_pod(store, "other", scheduler="volcano")
     await until(lambda: scheduled(store, "stuck").get("reason") == "Unschedulable")
-    await asyncio.sleep(0.1)
-    rv = store.resource_version
-    await asyncio.sleep(0.3)  # six resync periods
+    async with asyncio.timeout(2):  # settled: a pass of every loop after the last write
+        while True:
+            rv = store.resource_version
+            await running.passed(rv, within=2)
+            if store.resource_version == rv:
+                break
+    await running.passes(6, within=2)  # six resync passes of every loop since
     assert store.resource_version == rv
     assert get(store, "bound")["spec"]["nodeName"] == "gpu-2"
 
@@ -511,7 +515,8 @@ async def test_each_scheduler_name_is_its_own_loop(store: Store) -> None:
         await until(
             lambda: all(get(store, n)["spec"].get("nodeName") for n in ("plain", "vgpu", "tf"))
         )
-        await asyncio.sleep(0.15)
+        # A pass of each running loop after the binds, all of which saw the KAI pod.
+        await scheduler.passes(names=[n for n in tasks if n != "kai-scheduler"], within=2)
         assert "nodeName" not in get(store, "half")["spec"]
         assert get(store, "half")["status"] == {}  # nobody looked at it
         tasks["kai-scheduler"] = asyncio.create_task(scheduler.run_loop("kai-scheduler"))
@@ -563,10 +568,13 @@ async def test_a_second_bind_of_a_bound_pod_fails(
     add_node(store, "n1")
     add_pod(store, "web", requests={"cpu": "1"})
     replicas = [SimScheduler(store, resync_seconds=0.05) for _ in range(2)]
+    created = store.resource_version
     tasks = [asyncio.create_task(r.run_loop("default-scheduler")) for r in replicas]
     try:
         await until(lambda: get(store, "web")["spec"].get("nodeName") == "n1")
-        await asyncio.sleep(0.1)
+        # Both replicas through a pass that saw the pod (the loser's bind failed in it).
+        for r in replicas:
+            await r.passed(created, names=["default-scheduler"], within=2)
     finally:
         for task in tasks:
             task.cancel()

@@ -143,7 +143,7 @@ async def test_wait_changed_does_not_lose_a_write_made_before_waiting(store: Sto
     assert await store.wait_changed(5, since=seen) is True
     assert await store.wait_changed(0.01, since=store.resource_version) is False
     waiter = asyncio.create_task(store.wait_changed(5))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # a yield: the waiter starts waiting
     store.create(PODS, pod("q"), "ns")
     assert await waiter is True
 
@@ -152,9 +152,12 @@ async def test_wait_changed_for_some_kinds_sleeps_through_writes_to_others(store
     """A scheduler waits for pod and node writes only; an Event or a NodeClaim write in
     between does not wake it, and the pod write after them does."""
     waiter = asyncio.create_task(store.wait_changed(5, kinds=(PODS,)))
+    await asyncio.sleep(0)  # a yield: the waiter starts waiting
+    witness = asyncio.create_task(store.wait_changed(5))  # any write wakes it
     await asyncio.sleep(0)
     store.create(NAMESPACES, {"metadata": {"name": "other"}})
-    await asyncio.sleep(0.01)
+    # The write woke both; the witness, woken second, has returned: the waiter would have.
+    assert await witness is True
     assert not waiter.done()
     store.create(PODS, pod("r"), "ns")
     assert await waiter is True

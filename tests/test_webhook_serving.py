@@ -10,7 +10,7 @@ import json
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from webhook_support import (
     read_answer,
     request_bytes,
     serial_of,
+    until,
 )
 
 from certs import TLSFiles, write_tls_files
@@ -161,7 +162,7 @@ async def test_slowloris_connections_are_closed_within_the_header_timeout(
             if writer.is_closing():
                 return
             writer.write(bytes([byte]))
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)  # the slow client under test
 
     tricklers = [asyncio.create_task(trickle(w)) for _, w in streams]
     try:
@@ -293,7 +294,7 @@ async def test_keep_alive_requests_each_get_a_fresh_header_deadline(server: Serv
         for _ in range(5):
             writer.write(request_bytes(body))
             assert (await read_answer(reader)).status == 200
-            await asyncio.sleep(0.6)
+            await asyncio.sleep(0.6)  # the pause under test: under the 1.5 s idle timeout
     finally:
         writer.close()
 
@@ -336,10 +337,11 @@ async def test_not_ready_while_draining(tls: TLSFiles) -> None:
     split = full.index(b"\r\n\r\n") + 4 + 100
     writer.write(full[:split])  # a request in progress holds the drain open
     await writer.drain()
-    await asyncio.sleep(0.1)
-    stopping = asyncio.create_task(shutdown(runner, 5.0))
-    await asyncio.sleep(0.1)
     state = started.app[STATE]
+    handling = state.guard.connections.values()
+    await until(lambda: any(c.phase.value == "handling" for c in handling), 5, "handler ran")
+    stopping = asyncio.create_task(shutdown(runner, 5.0))
+    await until(lambda: state.guard.draining, 5, "the drain began")
     assert not state.ready and state.guard.draining
     writer.write(full[split:])
     answer = await read_answer(reader)
@@ -406,7 +408,7 @@ async def test_rotation_mid_traffic_fails_no_handshake(volume: SecretVolume) -> 
                 failures.append(e)
 
     async def rotate() -> None:
-        await asyncio.sleep(0.5)
+        await until(lambda: len(serials) >= 3, 2.0, "handshakes before the rotation")
         volume.rotate(*volume.files(next_pair))
 
     try:
@@ -433,17 +435,23 @@ async def test_a_broken_new_pair_keeps_the_old_one_serving(
         before = await _handshake(port, context)
         other = volume.new_pair()
         # a key that does not match the certificate, then garbage
+        reloads = "gpu_intent_webhook_tls_reloads_total"
+
+        def tried(result: str, n: int) -> Callable[[], bool]:
+            """Whether ``n`` reloads ended in ``result``: after them, a pair that would
+            have been taken up is."""
+            return lambda: (registry.get_sample_value(reloads, {"result": result}) or 0) >= n
+
         volume.rotate(volume.current()[0], volume.files(other)[1])
-        await asyncio.sleep(0.3)
+        await until(tried("failed", 1), 5)
         assert await _handshake(port, context) == before
         volume.rotate(b"not a certificate", b"not a key")
-        await asyncio.sleep(0.3)
+        await until(tried("failed", 2), 5)
         assert await _handshake(port, context) == before
         assert caplog.text.count("does not load, still serving the old one") == 2
         volume.rotate(*volume.files(other))
-        await asyncio.sleep(0.3)
+        await until(tried("ok", 1), 5)
         assert await _handshake(port, volume.trust_all()) != before  # a good pair loads
-        reloads = "gpu_intent_webhook_tls_reloads_total"
         assert registry.get_sample_value(reloads, {"result": "failed"}) == 2
         assert registry.get_sample_value(reloads, {"result": "ok"}) == 1
         expiry = registry.get_sample_value("gpu_intent_webhook_tls_not_after_timestamp_seconds")

@@ -11,6 +11,7 @@ import os
 import shutil
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,15 @@ async def until_listening(port: int, context: ssl.SSLContext, within: float = 10
         except OSError:
             assert time.monotonic() < deadline, f"nothing listens on port {port}"
             await asyncio.sleep(0.025)
+
+
+async def until(check: Callable[[], object], within: float = 10.0, what: str = "") -> None:
+    """Wait (polling every 10 ms, at most ``within`` seconds) until ``check()`` is truthy:
+    for a condition only observable from outside (a counter, a server's state)."""
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, f"not within {within} s: {what or check}"
+        await asyncio.sleep(0.01)
 
 
 def write_pair(

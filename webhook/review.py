@@ -22,6 +22,7 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 import jsonpatch
 import orjson
 
+from intent.catalog import Catalog
 from intent.contract import ANNOTATION_VERSION, INTENT_ANNOTATIONS, Intent, IntentError
 from intent.inference import Budget, DeadlineExceeded, infer
 from intent.text import show
@@ -361,13 +362,15 @@ def admit(
     scope: Scope = DEFAULT_SCOPE,
     budget: float = DEFAULT_BUDGET,
     clock: Callable[[], float] = time.thread_time,
+    catalog: Catalog | None = None,
 ) -> Admission:
     """Review one AdmissionReview request body (parsed JSON) and decide the response.
 
     Not a Pod CREATE: no patch (``unchanged``). A pod out of ``scope`` (its namespace is
     skipped, or it is a gpu-intent trigger pod): no patch (``skipped``). A pod already
     carrying ``gpu-intent.io/intent-version``: no patch (``unchanged``). A pod with no
-    GPU demand (`infer` gives no intent): no patch (``not_gpu``). A pod whose fields
+    GPU demand (`infer` with ``catalog``, the built-in one when None, gives no intent): no
+    patch (``not_gpu``). A pod whose fields
     cannot be read (`IntentError`), or whose annotations would pass kube-apiserver's
     `MAX_ANNOTATIONS_BYTES` with the intent: no patch and a warning (``error_object``).
     Inference that spends more than ``budget`` seconds of ``clock`` (CPU time of this
@@ -400,7 +403,7 @@ def admit(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _admit_pod(request, pod, uid, ref, scope, Budget(budget, clock))
+        return _admit_pod(request, pod, uid, ref, scope, Budget(budget, clock), catalog)
     except DeadlineExceeded as e:
         reason = f"pod not annotated: {e}"
         return Admission(allowed_with_warning(uid, reason), "deadline", ref, reason)
@@ -413,8 +416,13 @@ def admit(
 
 
 def _admit_pod(
-    request: AdmissionRequest, pod: dict[str, Any], uid: str, ref: str, scope: Scope,
+    request: AdmissionRequest,
+    pod: dict[str, Any],
+    uid: str,
+    ref: str,
+    scope: Scope,
     budget: Budget,
+    catalog: Catalog | None,
 ) -> Admission:
     """`admit` for a Pod CREATE whose review is valid.
 
@@ -429,7 +437,8 @@ def _admit_pod(
     if isinstance(existing, dict) and ANNOTATION_VERSION in existing:
         return Admission(_response(uid), "unchanged", ref)
     try:
-        inference = infer(pod, reasons=False, budget=budget)  # the response carries no reasons
+        # the response carries no reasons
+        inference = infer(pod, catalog=catalog, reasons=False, budget=budget)
     except IntentError as e:
         reason = f"cannot infer GPU intent: {e}"
         return Admission(allowed_with_warning(uid, reason), "error_object", ref, reason)
@@ -453,11 +462,15 @@ def _admit_pod(
 
 
 def review(
-    body: object, *, scope: Scope = DEFAULT_SCOPE, budget: float = DEFAULT_BUDGET
+    body: object,
+    *,
+    scope: Scope = DEFAULT_SCOPE,
+    budget: float = DEFAULT_BUDGET,
+    catalog: Catalog | None = None,
 ) -> AdmissionReviewResponse:
     """`admit` without the bookkeeping: the AdmissionReview response for ``body``.
 
     Raises:
         MalformedReview: as `admit` (and nothing else).
     """
-    return admit(body, scope=scope, budget=budget).response
+    return admit(body, scope=scope, budget=budget, catalog=catalog).response

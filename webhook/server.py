@@ -47,7 +47,8 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import generate_latest
 
-from intent.contract import Intent, format_gpus
+from intent.catalog import Catalog
+from intent.contract import Intent, Source, format_gpus
 from intent.logs import about
 from webhook.certificates import (
     DEFAULT_RELOAD_INTERVAL,
@@ -163,7 +164,7 @@ class WebhookMetrics:
             registry=registry,
         )
         self._models: set[str] = set()
-        self._intent_children: dict[tuple[str | None, tuple[str, ...]], Any] = {}
+        self._intent_children: dict[tuple[str | None, tuple[Source, ...]], Any] = {}
         self.connections_closed = Counter(
             "gpu_intent_webhook_connections_closed",
             "Connections the webhook closed: slow or idle clients, or shutdown.",
@@ -207,7 +208,7 @@ class WebhookMetrics:
                 model = "other"
             else:
                 self._models.add(model)
-        source = "+".join(sorted({token.split(":", 1)[0] for token in intent.source}))
+        source = "+".join(sorted({s.where for s in intent.source}))
         return self.intents.labels(model=model, source=source or "none")
 
     def connection_closed(self, reason: str) -> None:
@@ -234,6 +235,7 @@ class WebhookState:
         scope: pods `admit` leaves alone.
         guard: the deadlines and drain of the app's connections.
         budget: CPU seconds one review may spend inferring an intent (`admit`'s).
+        catalog: the GPU catalog reviews infer with (`admit`'s; None: the built-in one).
         serving: the listener is up (set by `start`).
         certificate_loaded: the listener has a certificate (or serves plain HTTP).
         shutting_down: a graceful shutdown has begun (set by `shutdown`): ``/readyz``
@@ -244,6 +246,7 @@ class WebhookState:
     scope: Scope
     guard: ConnectionGuard
     budget: float = DEFAULT_BUDGET
+    catalog: Catalog | None = None
     serving: bool = False
     certificate_loaded: bool = False
     shutting_down: bool = False
@@ -273,6 +276,8 @@ class ServeOptions:
             default is `DRAIN_SECONDS`) closes it at once.
         review_budget: CPU seconds one review may spend inferring an intent, > 0; past
             it the pod is allowed unchanged with a warning (`webhook.review.admit`).
+        catalog: the GPU catalog reviews infer with (``--catalog FILE`` loaded over the
+            built-in one), None for the built-in one.
     """
 
     scope: Scope = DEFAULT_SCOPE
@@ -281,6 +286,7 @@ class ServeOptions:
     shutdown_timeout: float = SHUTDOWN_TIMEOUT
     drain_seconds: float = 0.0
     review_budget: float = DEFAULT_BUDGET
+    catalog: Catalog | None = None
 
     def __post_init__(self) -> None:
         if not self.drain_seconds >= 0:
@@ -311,7 +317,7 @@ def _log_admission(admission: Admission) -> None:
             intent.model or "any",
             intent.pool or "any",
             intent.gpu_memory_mib or "unknown",
-            ",".join(intent.source),
+            ",".join(map(str, intent.source)),
             extra=extra,
         )
     elif admission.outcome in ("error_object", "deadline"):
@@ -374,7 +380,7 @@ async def _mutate(request: web.BaseRequest, state: WebhookState) -> tuple[Outcom
     except orjson.JSONDecodeError as e:
         return "malformed", _bad_request(request, f"body is not JSON: {e}")
     try:
-        admission = admit(body, scope=state.scope, budget=state.budget)
+        admission = admit(body, scope=state.scope, budget=state.budget, catalog=state.catalog)
     except MalformedReview as e:
         return "malformed", _bad_request(request, str(e))
     except Exception as e:  # a bug outside admit's guard: answer "allowed", never 500
@@ -504,6 +510,7 @@ def make_app(
     scope: Scope = DEFAULT_SCOPE,
     timeouts: Timeouts | None = None,
     budget: float = DEFAULT_BUDGET,
+    catalog: Catalog | None = None,
 ) -> web.Application:
     """The webhook's state (`STATE`, `METRICS`, `REGISTRY`) in an aiohttp application,
     its metrics registered on ``registry``. Serve it with `start`, which answers through
@@ -512,7 +519,9 @@ def make_app(
     ``registry`` defaults to a new `CollectorRegistry`, so apps never share metrics (and
     tests can create as many as they like). ``scope``: pods left alone; ``timeouts``:
     connection deadlines (defaults of `Timeouts`); ``budget``: CPU seconds a review may
-    spend inferring an intent (`webhook.review.admit`). prometheus_client's process and
+    spend inferring an intent (`webhook.review.admit`); ``catalog``: the GPU catalog its
+    reviews infer with (None: the built-in one), so two apps in one process may use
+    different catalogs. prometheus_client's process and
     platform collectors (``process_*`` from ``/proc/self``, Linux only; ``python_info``)
     are registered on ``registry`` too, as they are on its default registry.
 
@@ -528,7 +537,9 @@ def make_app(
     app = web.Application()  # a state holder: `start` sets the body limit per request
     app[REGISTRY] = registry
     app[METRICS] = metrics
-    app[STATE] = WebhookState(metrics=metrics, scope=scope, guard=guard, budget=budget)
+    app[STATE] = WebhookState(
+        metrics=metrics, scope=scope, guard=guard, budget=budget, catalog=catalog
+    )
     return app
 
 
@@ -662,7 +673,11 @@ async def serve(
     """
     options = options or ServeOptions()
     app = make_app(
-        registry, scope=options.scope, timeouts=options.timeouts, budget=options.review_budget
+        registry,
+        scope=options.scope,
+        timeouts=options.timeouts,
+        budget=options.review_budget,
+        catalog=options.catalog,
     )
     metrics = app[METRICS]
     reloader = CertificateReloader(

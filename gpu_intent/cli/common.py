@@ -7,7 +7,7 @@
   `non_negative_int`, `address`, `log_level`, `log_format`): each returns the parsed
   value or raises ``argparse.ArgumentTypeError`` with a one-line reason;
 - the shared flags (`add_log_flags`: ``--log-level``/``--log-format``; `add_catalog_flag`
-  and `load_catalog`: ``--catalog``);
+  and `read_catalog`: ``--catalog``);
 - `UsageError` (bad input found after parsing), `os_reason`;
 - finding the cluster (`kubeconfig_problem`, `connect`) for ``controller`` and ``certs``;
 - `field_default` and `parameter_default`, which read a default where it is defined so
@@ -25,10 +25,12 @@ import inspect
 import logging
 import math
 import os
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from intent.catalog import Catalog
 
 log = logging.getLogger("gpu_intent")
 
@@ -226,7 +228,7 @@ def add_log_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def add_catalog_flag(parser: argparse.ArgumentParser) -> None:
-    """``--catalog FILE``: a GPU catalog merged over the built-in one (`load_catalog`)."""
+    """``--catalog FILE``: a GPU catalog merged over the built-in one (`read_catalog`)."""
     parser.add_argument(
         "--catalog",
         metavar="FILE",
@@ -235,17 +237,22 @@ def add_catalog_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_catalog(args: argparse.Namespace) -> bool:
-    """Load ``--catalog`` over the built-in catalog and make it the one inference uses;
-    False (after saying why on stderr) when it cannot be loaded."""
-    from intent.catalog import CatalogError, load_catalog, use_catalog
+def read_catalog(args: argparse.Namespace) -> Catalog | None:
+    """``--catalog FILE`` loaded over the built-in catalog (`intent.catalog.load_catalog`),
+    for the caller to pass to what infers; None without the flag (the built-in one).
+
+    Raises:
+        UsageError: the file cannot be read or is not a catalog (the message names the
+            file and the entry).
+    """
+    if args.catalog is None:
+        return None
+    from intent.catalog import CatalogError, load_catalog
 
     try:
-        use_catalog(load_catalog(args.catalog))
+        return load_catalog(args.catalog)
     except CatalogError as e:
-        print(f"gpu-intent {args.command}: {e}", file=sys.stderr)
-        return False
-    return True
+        raise UsageError(str(e)) from None
 
 
 # --- errors --------------------------------------------------------------------------

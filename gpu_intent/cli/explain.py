@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gpu_intent.cli.common import Subcommands, add_catalog_flag, load_catalog
+from gpu_intent.cli.common import Subcommands, add_catalog_flag, read_catalog
 
 
 def add_parser(commands: Subcommands) -> argparse.ArgumentParser:
@@ -42,18 +42,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``gpu-intent explain``; returns the exit code: 0 printed, 2 the catalog or a
-    manifest cannot be read (one line on stderr)."""
+    """Run ``gpu-intent explain``; returns the exit code: 0 printed, 2 a manifest cannot
+    be read (one line on stderr). Raises `UsageError` (exit code 2) for a ``--catalog``
+    that does not load."""
     from gpu_intent.explain import ExplainError, explain, read_documents, render_json, render_text
 
-    if not load_catalog(args):
-        return 2
+    catalog = read_catalog(args)
     try:
         documents = read_documents(args.filename)
     except ExplainError as e:
         print(f"gpu-intent explain: {e}", file=sys.stderr)
         return 2
-    explanations = explain(documents)
+    explanations = explain(documents, catalog)
     render = render_json if args.output == "json" else render_text
     sys.stdout.write(render(explanations) + ("\n" if args.output == "json" else ""))
     return 0

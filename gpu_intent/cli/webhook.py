@@ -23,16 +23,17 @@ from gpu_intent.cli.common import (
     UsageError,
     add_catalog_flag,
     address,
-    load_catalog,
     log,
     non_negative,
     os_reason,
     positive,
+    read_catalog,
     show_address,
 )
 from intent.runtime import tune_gc
 
 if TYPE_CHECKING:
+    from intent.catalog import Catalog
     from webhook.server import ServeOptions
 
 #: Allocations between two young-generation collections in ``gpu-intent webhook``
@@ -149,15 +150,15 @@ def _add_timeout_flags(
 
 def run(args: argparse.Namespace) -> int:
     """Run ``gpu-intent webhook``; returns the exit code: 0 stopped by a signal, 1 a
-    failure while serving, 2 the catalog does not load. Raises `UsageError` for
-    certificate files that do not load together and an address it cannot serve on."""
-    if not load_catalog(args):
-        return 2
+    failure while serving. Raises `UsageError` (exit code 2) for a ``--catalog`` that does
+    not load, certificate files that do not load together and an address it cannot serve
+    on."""
+    catalog = read_catalog(args)
     check_tls_files(args)
     from webhook.certificates import TLSFilesError
 
     try:
-        asyncio.run(serve(args))
+        asyncio.run(serve(args, catalog))
     except TLSFilesError as e:  # replaced between the check and the start
         raise UsageError(e.describe("--tls-cert-file", "--tls-key-file")) from None
     except OSError as e:
@@ -196,9 +197,10 @@ def check_tls_files(args: argparse.Namespace) -> None:
         ) from None
 
 
-def serve_options(args: argparse.Namespace) -> ServeOptions:
-    """The ``ServeOptions`` for the parsed ``webhook`` options (``args``); raises
-    ValueError for a value the webhook refuses."""
+def serve_options(args: argparse.Namespace, catalog: Catalog | None = None) -> ServeOptions:
+    """The ``ServeOptions`` for the parsed ``webhook`` options (``args``) and the catalog
+    ``--catalog`` loaded (`read_catalog`; None: the built-in one); raises ValueError for a
+    value the webhook refuses."""
     from webhook.connections import Timeouts
     from webhook.scope import Scope
     from webhook.server import ServeOptions
@@ -212,16 +214,18 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         shutdown_timeout=args.shutdown_timeout,
         drain_seconds=args.drain_seconds,
         review_budget=args.review_budget,
+        catalog=catalog,
     )
 
 
-async def serve(args: argparse.Namespace) -> None:
-    """Serve the webhook until SIGTERM or SIGINT, then stop gracefully: ``/readyz`` 503
-    and still serving for ``--drain-seconds``, then no new connections, requests in
-    progress answered, then return (`webhook.server.serve`, whose errors propagate)."""
+async def serve(args: argparse.Namespace, catalog: Catalog | None = None) -> None:
+    """Serve the webhook, its reviews inferring with ``catalog`` (None: the built-in one),
+    until SIGTERM or SIGINT, then stop gracefully: ``/readyz`` 503 and still serving for
+    ``--drain-seconds``, then no new connections, requests in progress answered, then
+    return (`webhook.server.serve`, whose errors propagate)."""
     from webhook.server import serve as serve_webhook
 
-    options = serve_options(args)
+    options = serve_options(args, catalog)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -22,7 +22,6 @@ from intent.contract import (
     IntentError,
     Phase,
     format_gpus,
-    source_kind,
 )
 from intent.inference import infer
 from intent.keys import NVIDIA_GPU
@@ -301,7 +300,7 @@ def describe_intent(intent: Intent | None) -> str:
     parts = [f"{format_gpus(intent.gpus)} GPU", intent.model or "any model"]
     if intent.gpu_memory_mib:
         parts.append(f"{intent.gpu_memory_mib} MiB")
-    sources = sorted({source_kind(token) for token in intent.source})
+    sources = sorted({s.where for s in intent.source})
     return (
         " ".join(parts[:2]) + "".join(f", {p}" for p in parts[2:]) + f" (from {'+'.join(sources)})"
     )
@@ -411,7 +410,7 @@ def summary_json(
                     "model": intent.model,
                     "pool": intent.pool,
                     "gpuMemoryMiB": intent.gpu_memory_mib,
-                    "source": list(intent.source),
+                    "source": [str(s) for s in intent.source],
                     "annotated": record.annotated,
                 },
                 "node": record.node,

@@ -42,7 +42,7 @@ from gpu_intent.demo.report import (
     summary_json,
 )
 from gpu_intent.explain import claim_index
-from intent.contract import TRIGGER_LABEL, Phase
+from intent.contract import TRIGGER_LABEL, Phase, Source
 from intent.keys import NVIDIA_GPU
 from intent.kube import (
     EVENTS,
@@ -476,7 +476,7 @@ def _done(timeline: Timeline, expected: int) -> bool:
 def _is_native(record: PodRecord) -> bool:
     """Karpenter provisions for the pod by itself: no GPU intent, or whole GPUs asked as
     ``nvidia.com/gpu`` resources."""
-    return record.intent is None or f"resources:{NVIDIA_GPU}" in record.intent.source
+    return record.intent is None or Source("resources", NVIDIA_GPU) in record.intent.source
 
 
 def _shown_stuck(timeline: Timeline, expected: int) -> bool:
