@@ -17,23 +17,24 @@ created through the API; the run ends when every pod is bound and no trigger is 
 NodeClaims.
 
 **B, native**: another fresh `SimCluster`, no webhook, no controller. The same demand as
-native whole-GPU pods (`native_pods`; the intent of each pod is what the webhook's own
-`intent.inference.infer_intent` finds): per (model, pool), pods needing ``g >= 1`` GPUs
-become one pod of ``ceil(g)`` whole ``nvidia.com/gpu``, fractional pods are packed
-first-fit-decreasing into 1-GPU pods (``ceil(sum)`` of them when the fractions are
-dyadic, as here); each asks for the cpu and memory of the pods it stands for and selects
-the model with ``karpenter.k8s.aws/instance-gpu-name``. A memory-only pod becomes one
-whole GPU with the required node affinity ``karpenter.k8s.aws/instance-gpu-memory Gt
-(MiB - 1)``. The twin of a HAMi pod is scheduled by HAMi's scheduler, as HAMi's webhook
-would have it (`_native_scheduler`): one physical GPU per ``nvidia.com/gpu``.
+native whole-GPU pods: the *ideal twin* the demo judges by too
+(`gpu_intent.demo.twin.ideal_twins`, used through `native_pods`; the intent of each pod
+is what the webhook's own `intent.inference.infer_intent` finds): per (model, pool), the
+pods sharing a GPU packed first-fit-decreasing into 1-GPU pods (a HAMi card at most
+``deviceSplitCount`` = 10 vGPUs, the members' cpu and memory carried, no twin larger
+than an instance of the example NodePools holds), multi-GPU pods as they are
+(``ceil``), a memory-only pod as one whole GPU with the required node affinity
+``karpenter.k8s.aws/instance-gpu-memory Gt (MiB - 1)``; the twin of HAMi pods is
+scheduled by HAMi's scheduler (one physical GPU per ``nvidia.com/gpu``).
 
 **Counted** on both sides from a watch on the sim's store (`ClaimCounter`): every
 NodeClaim ever created, deleted ones included; GPUs bought per model and the instance
 cost per hour (on-demand prices of `sim.catalog.CATALOG`, summed over the instance types
 of every NodeClaim created); on side A also every trigger pod created and the GPUs they
 asked for; at the end, the GPU nodes no pod of the workload is bound to
-(`idle_gpu_nodes`). Printed side by side with the ratio cost(A)/cost(B) (target 1.00) and
-NodeClaims created (A) vs needed (B); pods left unbound are named with their scale-up
+(`idle_gpu_nodes`). Printed side by side with the ratio cost(A)/cost(B), A against the
+ideal twin (target <= 1.02), the cost the sim's pure Karpenter solve gives the ideal twin
+(`ideal_cost`, which B should match) and NodeClaims created (A) vs needed (B); pods left unbound are named with their scale-up
 status and scheduler message, and warnings and errors logged during the runs are counted.
 
 **Timings**: the e2e tests' fast Karpenter (`sim.nodeclaims.FAST_TIMINGS`: batch
@@ -51,14 +52,13 @@ import asyncio
 import contextlib
 import copy
 import logging
-import math
 import signal
 import socket
 import sys
 import tempfile
 import time
 import traceback
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -73,12 +73,13 @@ from controller.decisions import PlanConfig
 from controller.reconciler import Controller, ControllerConfig
 from controller.triggers import TriggerSettings
 from gpu_intent.demo import apply, default_examples, load_manifests, webhook_configuration
+from gpu_intent.demo.need import native_need
+from gpu_intent.demo.twin import DemandPod, Ideal, gpus_lower_bound, ideal_twins
 from intent.contract import Intent
 from intent.inference import infer_intent
 from intent.kube import Kube, load_configuration
-from intent.quantity import parse_quantity
 from sim import store as sim_store
-from sim.catalog import by_name, format_quantity
+from sim.catalog import by_name
 from sim.cluster import SimCluster
 from sim.nodeclaims import FAST_TIMINGS, KarpenterTimings
 from webhook import server as webhook_server
@@ -87,10 +88,11 @@ NAMESPACE: Final = "ml"
 TRIGGERS_NS: Final = "gpu-intent-system"
 DEFAULT_NODEPOOL: Final = "gpu-standard"
 GPU_NAME_LABEL: Final = "karpenter.k8s.aws/instance-gpu-name"
-GPU_MEMORY_LABEL: Final = "karpenter.k8s.aws/instance-gpu-memory"
 INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
 NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
 GFD_PRODUCT: Final = "nvidia.com/gpu.product"
+#: Target of cost(gpu-intent) / cost(ideal native twin) (issue 26).
+TARGET_RATIO: Final = Decimal("1.02")
 #: ``nvidia.com/gpu`` limit given to each example NodePool (the examples say 32 and 16).
 POOL_GPU_LIMIT: Final = "1000"
 GPU_TOLERATION: Final = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -253,17 +255,7 @@ def scenario(copies: int = 1) -> list[dict[str, Any]]:
     return pods
 
 
-# --- The same demand as native whole-GPU pods: pure. --------------------------------------
-
-
-def _cpu_memory(pod: Mapping[str, Any]) -> dict[str, Decimal]:
-    """Summed container cpu (cores) and memory (bytes) requests."""
-    out: dict[str, Decimal] = defaultdict(Decimal)
-    for container in pod["spec"]["containers"]:
-        for key, value in ((container.get("resources") or {}).get("requests") or {}).items():
-            if key in ("cpu", "memory"):
-                out[key] += parse_quantity(value, key)
-    return dict(out)
+# --- The same demand as native whole-GPU pods: the shared ideal twin, pure. -------------
 
 
 def intent_of(pod: Mapping[str, Any]) -> Intent:
@@ -274,133 +266,38 @@ def intent_of(pod: Mapping[str, Any]) -> Intent:
     return intent
 
 
-def _native(
-    index: int,
-    gpus: int,
-    resources: Mapping[str, Decimal],
-    *,
-    model: str | None,
-    memory_mib: int | None = None,
-    stands_for: Sequence[str] = (),
-    scheduler: str | None = None,
-) -> dict[str, Any]:
-    requests = {k: format_quantity(k, v) for k, v in sorted(resources.items())}
-    requests["nvidia.com/gpu"] = str(gpus)
-    spec: dict[str, Any] = {
-        "tolerations": [GPU_TOLERATION],
-        "containers": [
-            {
-                "name": "c",
-                "image": "example.registry/infer:7",
-                "resources": {"requests": requests, "limits": {"nvidia.com/gpu": str(gpus)}},
-            }
-        ],
-    }
-    if scheduler:
-        spec["schedulerName"] = scheduler
-    if model:
-        spec["nodeSelector"] = {GPU_NAME_LABEL: model}
-    if memory_mib:
-        term = {"key": GPU_MEMORY_LABEL, "operator": "Gt", "values": [str(memory_mib - 1)]}
-        spec["affinity"] = {
-            "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [{"matchExpressions": [term]}]
-                }
-            }
-        }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"native-{index:04d}",
-            "namespace": NAMESPACE,
-            "annotations": {"bench.gpu-intent.io/stands-for": ",".join(stands_for)},
-        },
-        "spec": spec,
-    }
+def example_nodepools() -> list[dict[str, Any]]:
+    """The NodePools of `example_setup` (limits raised), which bound the twins' size."""
+    return [doc for doc in example_setup() if doc["kind"] == "NodePool"]
 
 
-def _native_scheduler(pods: Iterable[Mapping[str, Any]]) -> str | None:
-    """``hami-scheduler`` when any of ``pods`` is a HAMi pod, else None (the default
-    scheduler). HAMi's webhook sets that scheduler on every pod asking for
-    ``nvidia.com/gpu`` (REFERENCE.md section 3), and HAMi's scheduler gives a container
-    with no ``gpumem`` 100 % of a GPU's memory: the native twin of a HAMi pod takes one
-    physical GPU per ``nvidia.com/gpu``, as it would in the HAMi cluster, instead of one
-    of the ten slots per GPU HAMi's device plugin advertises to kube-scheduler."""
-    hami = any((p.get("spec") or {}).get("schedulerName") == "hami-scheduler" for p in pods)
-    return "hami-scheduler" if hami else None
+def ideal(pods: Iterable[Mapping[str, Any]]) -> Ideal:
+    """The shared ideal twin (`gpu_intent.demo.twin.ideal_twins`) of ``pods`` over the
+    example NodePools, intents as the webhook infers them, modelless intents in
+    `DEFAULT_NODEPOOL` as the controller places them."""
+    demand = [DemandPod(p["metadata"]["name"], intent_of(p), p) for p in pods]
+    return ideal_twins(demand, example_nodepools(), default_nodepool=DEFAULT_NODEPOOL)
 
 
 def native_pods(pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The same demand as native whole-GPU pods (see the module docstring)."""
-    out: list[dict[str, Any]] = []
-    fractional: dict[tuple[str | None, str | None], list[tuple[Decimal, Mapping[str, Any]]]]
-    fractional = defaultdict(list)
-    for pod in pods:
-        intent = intent_of(pod)
-        name = pod["metadata"]["name"]
-        scheduler = _native_scheduler([pod])
-        if intent.model is None:  # memory-only: one whole GPU with that much memory
-            out.append(
-                _native(
-                    len(out),
-                    math.ceil(intent.gpus),
-                    _cpu_memory(pod),
-                    model=None,
-                    memory_mib=intent.gpu_memory_mib,
-                    stands_for=[name],
-                    scheduler=scheduler,
-                )
-            )
-        elif intent.gpus >= 1:
-            out.append(
-                _native(
-                    len(out),
-                    math.ceil(intent.gpus),
-                    _cpu_memory(pod),
-                    model=intent.model,
-                    stands_for=[name],
-                    scheduler=scheduler,
-                )
-            )
-        else:
-            fractional[(intent.model, intent.pool)].append((intent.gpus, pod))
-    for (model, _pool), group in fractional.items():
-        bins: list[tuple[Decimal, list[Mapping[str, Any]]]] = []
-        for share, pod in sorted(group, key=lambda item: -item[0]):
-            for i, (used, members) in enumerate(bins):
-                if used + share <= 1:
-                    bins[i] = (used + share, [*members, pod])
-                    break
-            else:
-                bins.append((share, [pod]))
-        for _, members in bins:
-            resources: dict[str, Decimal] = defaultdict(Decimal)
-            for member in members:
-                for k, v in _cpu_memory(member).items():
-                    resources[k] += v
-            out.append(
-                _native(
-                    len(out),
-                    1,
-                    resources,
-                    model=model,
-                    stands_for=[m["metadata"]["name"] for m in members],
-                    scheduler=_native_scheduler(members),
-                )
-            )
-    return out
+    """The same demand as native whole-GPU pods: the twins of `ideal` as Pods
+    ``native-<nnnn>`` in `NAMESPACE` (see the module docstring)."""
+    return [t.pod(f"native-{i:04d}", NAMESPACE) for i, t in enumerate(ideal(pods).twins)]
 
 
 def demand_gpus(pods: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """Per model (``any`` for memory-only pods), ``ceil`` of the pods' summed intents
-    for fractions and whole GPUs otherwise, as `native_pods` writes them."""
-    out: Counter[str] = Counter()
-    for pod in native_pods(pods):
-        model = (pod["spec"].get("nodeSelector") or {}).get(GPU_NAME_LABEL, "any")
-        out[model] += int(pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
-    return dict(sorted(out.items()))
+    """Whole GPUs per model (``any`` for memory-only pods) of the ideal twin's packing
+    (`gpu_intent.demo.twin.gpus_lower_bound`)."""
+    return gpus_lower_bound(ideal(pods).twins)
+
+
+def ideal_cost(pods: Sequence[Mapping[str, Any]]) -> Decimal:
+    """USD/hour of what the sim's Karpenter solve buys for the ideal twin of ``pods`` on
+    an empty cluster (`gpu_intent.demo.need.native_need`, cheapest instance type of each
+    NodeClaim): the pure counterpart of side B."""
+    demand = [DemandPod(p["metadata"]["name"], intent_of(p), p) for p in pods]
+    need = native_need(demand, example_nodepools(), default_nodepool=DEFAULT_NODEPOOL)
+    return sum((c.price_per_hour or Decimal(0) for c in need.claims), Decimal(0))
 
 
 # --- Running a side. ----------------------------------------------------------------------
@@ -854,7 +751,13 @@ def _models(values: Mapping[str, int]) -> str:
     return ", ".join(f"{m}={n}" for m, n in values.items()) or "-"
 
 
-def print_outcomes(a: Outcome, b: Outcome, demand: Mapping[str, int], timeout: float) -> None:
+def print_outcomes(
+    a: Outcome,
+    b: Outcome,
+    demand: Mapping[str, int],
+    timeout: float,
+    ideal: Decimal | None = None,
+) -> None:
     def when(o: Outcome) -> str:
         return (
             f"{o.seconds_to_bound:.1f}s"
@@ -891,10 +794,16 @@ def print_outcomes(a: Outcome, b: Outcome, demand: Mapping[str, int], timeout: f
     for label, x, y in rows:
         print(f"{label:<{width}}  {x:<{col}}  {y}")
     print(
-        f"GPU demand (ceil of summed intents per model, whole GPUs per memory-only pod): {_models(demand)}"
+        "GPU lower bound (the ideal twin's first-fit-decreasing packing per model):"
+        f" {_models(demand)}"
     )
     ratio = a.cost / b.cost if b.cost else Decimal(0)
-    print(f"cost ratio gpu-intent / native: {ratio:.3f} (target 1.00)")
+    print(
+        f"cost ratio gpu-intent / ideal native twin: {ratio:.3f}"
+        f" ({'met' if b.cost and ratio <= TARGET_RATIO else 'NOT met'}: target <= {TARGET_RATIO})"
+    )
+    if ideal is not None:
+        print(f"ideal twin as the pure Karpenter solve buys it: {ideal:.4f} USD/hour")
     print(
         f"NodeClaims created by gpu-intent vs needed (native): {a.claims} vs {b.claims} ({a.claims - b.claims:+d})"
     )
@@ -941,7 +850,7 @@ async def main_async(scale: float, wait_seconds: float, copies: int, only: str =
             scheduler_resync_seconds=0.1 * scale,
         )
         wall_b = time.perf_counter() - wall - wall_a
-        print_outcomes(a, b, demand, wait_seconds)
+        print_outcomes(a, b, demand, wait_seconds, ideal_cost(pods))
         print(f"wall time: A {wall_a:.1f}s, B {wall_b:.1f}s, total {wall_a + wall_b:.1f}s")
         tally.report()
     finally:

@@ -16,8 +16,9 @@ from controller.model import (
     TriggerInfo,
 )
 from controller.nodes import NodeClaimInfo
-from intent.contract import Phase, format_gpus
+from intent.contract import Phase
 from intent.keys import INSTANCE_TYPE_LABEL
+from intent.text import gpus_for_people
 
 #: A status and the Event that goes with it.
 Told = tuple[ScaleUpStatus, Event]
@@ -118,7 +119,7 @@ def provisioning(
         f"Karpenter NodeClaim {claim.name}"
         + (f" ({itype})" if itype else "")
         + f" is being provisioned for trigger {name} "
-        f"({trigger.gpus} GPU, {format_gpus(used)} used by {pods} pod(s))"
+        f"({trigger.gpus} GPU, {gpus_for_people(used)} used by {pods} pod(s))"
     )
     status = ScaleUpStatus(Phase.PROVISIONING, message, name, claim.name, None, stamp)
     return status, Event("Normal", "Provisioning", message)

@@ -143,7 +143,11 @@ def find_templates(document: Document) -> list[Template]:
     if not isinstance(body, Mapping):
         return []
     if body.get("kind") == "List" and isinstance(body.get("items"), list):
-        return [t for item in body["items"] for t in find_templates(Document(document.file, document.index, item))]
+        return [
+            t
+            for item in body["items"]
+            for t in find_templates(Document(document.file, document.index, item))
+        ]
     metadata = body.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
     kind = str(body.get("kind") or "?")
@@ -219,7 +223,9 @@ def _explain_one(template: Template, catalog: Catalog | None, claims: ClaimIndex
         try:
             Intent.from_annotations(mine)
         except IntentError as e:
-            return Explanation(template, "error", mine, error=f"its intent annotations do not parse: {e}")
+            return Explanation(
+                template, "error", mine, error=f"its intent annotations do not parse: {e}"
+            )
         why = "carries gpu-intent.io/intent-version: the webhook leaves it as written"
         reason = Reason("intent", "", mine.get(ANNOTATION_SOURCE, ""), why)
         return Explanation(template, "already-annotated", mine, (reason,))
@@ -269,7 +275,9 @@ def read_documents(files: Sequence[str]) -> list[Document]:
             documents += _load(sys.stdin.read(), "-")
             continue
         path = Path(name)
-        paths = sorted(p for p in path.iterdir() if p.suffix in _SUFFIXES) if path.is_dir() else [path]
+        paths = (
+            sorted(p for p in path.iterdir() if p.suffix in _SUFFIXES) if path.is_dir() else [path]
+        )
         for p in paths:
             try:
                 text = p.read_text(encoding="utf-8")
@@ -329,7 +337,9 @@ def render_text(explanations: Sequence[Explanation]) -> str:
         for r in e.reasons:
             if r.part == "intent":
                 continue
-            lines.append(f"  {r.part:<13} {r.value or '-':<8} {('from ' + r.source) if r.source else ''}".rstrip())
+            lines.append(
+                f"  {r.part:<13} {r.value or '-':<8} {('from ' + r.source) if r.source else ''}".rstrip()
+            )
             lines.append(f"  {'':<13} {r.why}")
         if e.status == "annotated":
             lines.append(f"  {ANNOTATION_SOURCE}: {e.annotations.get(ANNOTATION_SOURCE, '')}")

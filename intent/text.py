@@ -1,5 +1,7 @@
 """Short, bounded text for values a user or a client supplied, for error messages and
-warnings. Purely computational: no I/O.
+warnings, and numbers written for people (`gpus_for_people`, `usd_for_people`: statuses,
+Events, logs, tables; never the annotation values, which stay exact). Purely
+computational: no I/O.
 
 A value from an AdmissionReview may be anything JSON can hold: a string of megabytes, a
 list nested a thousand levels deep. ``repr`` of either costs time in its size, and of the
@@ -12,9 +14,33 @@ recursion stops at its ``maxlevel``).
 from __future__ import annotations
 
 import reprlib
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Final
 
-__all__ = ["show"]
+__all__ = ["gpus_for_people", "show", "usd_for_people"]
+
+_CENT: Final = Decimal("0.01")
+_BASIS: Final = Decimal("0.0001")
+
+
+def gpus_for_people(value: Decimal) -> str:
+    """GPUs with at most 2 decimals and no trailing zeros: ``0.6990562740`` -> ``"0.7"``,
+    ``0.4474`` -> ``"0.45"``, ``2`` -> ``"2"``; a share above 0 and below 0.005 shows as
+    ``"<0.01"`` rather than as nothing."""
+    if 0 < value < Decimal("0.005"):
+        return "<0.01"
+    text = format(value.quantize(_CENT, rounding=ROUND_HALF_UP), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def usd_for_people(value: Decimal) -> str:
+    """Money with 2 to 4 decimals: ``0.526`` -> ``"0.526"``, ``5`` -> ``"5.00"``,
+    ``0.80481`` -> ``"0.8048"``."""
+    text = f"{value.quantize(_BASIS, rounding=ROUND_HALF_UP):.4f}"
+    while text.endswith("0") and len(text.partition(".")[2]) > 2:
+        text = text[:-1]
+    return text
+
 
 #: Levels of nesting `show` descends into; deeper containers print as ``[...]``.
 _DEPTH: Final = 3

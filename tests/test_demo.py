@@ -32,11 +32,18 @@ def nodepools() -> list[dict[str, Any]]:
     return [d for d in load_manifests(default_examples()) if d["kind"] == "NodePool"]
 
 
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
 def pod(name: str, cpu: str = "1", memory: str = "2Gi") -> dict[str, Any]:
+    """A pod with cpu and memory requests that tolerates the GPU pools' taint."""
     return {
         "metadata": {"name": name, "namespace": "team"},
         "spec": {
-            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]
+            "tolerations": [GPU_TOLERATION],
+            "containers": [
+                {"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}
+            ],
         },
     }
 
@@ -103,7 +110,7 @@ def test_an_extra_nodeclaim_is_beyond_the_need() -> None:
     result = balance(claims, need)
     assert list(result.beyond) == ["second"]
     assert (
-        "NodeClaim 2 of 2 created (g6.xlarge, 1 l4); the native whole-GPU solve makes 1"
+        "NodeClaim 2 of 2 created (g6.xlarge, 1 l4); the ideal native twin's solve makes 1"
         in (result.beyond["second"])
     )
     assert result.cost_bought == 2 * result.cost_native

@@ -26,8 +26,27 @@ log = logging.getLogger(__name__)
 TRIGGER_NAMESPACE: Final = "gpu-intent-system"
 DEFAULT_NODEPOOL: Final = "gpu-standard"
 GPU_NAME_LABEL: Final = AWS_GPU_NAME_LABEL
-#: The kinds an examples directory may hold (``apply`` creates them).
-EXAMPLE_KINDS: Final = ("Namespace", "NodePool", "ResourceClaimTemplate", "ResourceClaim", "Pod")
+#: The node-class kinds NodePools reference (``spec.template.spec.nodeClassRef``), by
+#: API group: AWS (karpenter-provider-aws), Azure (karpenter-provider-azure), Tencent
+#: Cloud TKE. An examples directory may hold them; the demo does not apply them: the sim's
+#: instance-type catalog (`sim.catalog`) stands in for what they configure.
+NODE_CLASS_KINDS: Final = {
+    "EC2NodeClass": "karpenter.k8s.aws",
+    "AKSNodeClass": "karpenter.azure.com",
+    "TKEMachineNodeClass": "karpenter.k8s.tke",
+}
+#: The kinds ``apply`` creates: the workloads, their namespaces and NodePools, DRA claims
+#: and DeviceClasses (``resource.k8s.io/v1``).
+APPLIED_KINDS: Final = (
+    "Namespace",
+    "NodePool",
+    "DeviceClass",
+    "ResourceClaimTemplate",
+    "ResourceClaim",
+    "Pod",
+)
+#: The kinds an examples directory may hold: `APPLIED_KINDS` and `NODE_CLASS_KINDS`.
+EXAMPLE_KINDS: Final = (*APPLIED_KINDS, *NODE_CLASS_KINDS)
 #: The namespaced DRA kinds (``resource.k8s.io/v1``) and their plurals.
 DRA_KINDS: Final = {
     "ResourceClaimTemplate": "resourceclaimtemplates",
@@ -57,8 +76,9 @@ def read_examples(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
     """``(file, document)`` for every YAML document in ``directory/*.yaml``, in file-name
     order; empty documents skipped, a Pod without a namespace put in ``default`` (as
     ``kubectl create`` would). Raises `ExamplesError` naming the file for unreadable or
-    invalid YAML, a document that is not a mapping, a kind the demo does not apply or a
-    missing ``metadata.name``/``generateName``; FileNotFoundError when there are none."""
+    invalid YAML, a document that is not a mapping, a kind the demo does not model (not
+    one of `EXAMPLE_KINDS`) or a missing ``metadata.name``/``generateName``;
+    FileNotFoundError when there are none."""
     out: list[tuple[Path, dict[str, Any]]] = []
     for path in sorted(directory.glob("*.yaml")):
         try:
@@ -80,7 +100,8 @@ def read_examples(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
             kind = doc.get("kind")
             if kind not in EXAMPLE_KINDS:
                 raise ExamplesError(
-                    f"{path}: document {i} has kind {kind!r}; the demo applies {', '.join(EXAMPLE_KINDS)}"
+                    f"{path}: document {i} has kind {kind!r}, which the demo does not model;"
+                    f" it takes {', '.join(EXAMPLE_KINDS)}"
                 )
             meta = doc.get("metadata")
             if not isinstance(meta, dict) or not (meta.get("name") or meta.get("generateName")):
@@ -102,8 +123,10 @@ def load_manifests(directory: Path) -> list[dict[str, Any]]:
 
 async def apply(api: Kube | client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
     """Create one manifest through the API adapter (``kubectl create`` for the kinds the
-    demo uses; ResourceClaims and their templates as ``resource.k8s.io/v1``) and return
-    the stored object. ``api``: the adapter, or an ``ApiClient`` used through one
+    demo uses; ResourceClaims, their templates and DeviceClasses as
+    ``resource.k8s.io/v1``) and return the stored object. A DeviceClass named like one
+    that exists (the DRA driver's defaults the sim installs, `sim.dra`) replaces it, as
+    ``kubectl apply`` would. ``api``: the adapter, or an ``ApiClient`` used through one
     (`intent.kube.Kube`; the caller closes it). Raises RuntimeError with the server's
     message when the API server refuses it, `intent.kube.KubeError` when it does not
     answer."""
@@ -120,17 +143,43 @@ async def apply(api: Kube | client.ApiClient, obj: dict[str, Any]) -> dict[str, 
             dra_kind: object_path("resource.k8s.io/v1", plural, namespace=namespace)
             for dra_kind, plural in DRA_KINDS.items()
         },
+        "DeviceClass": object_path("resource.k8s.io/v1", "deviceclasses"),
     }
     if kind not in paths:
         raise ValueError(f"the demo does not apply {kind}")
     kube = api if isinstance(api, Kube) else Kube(api)
     name = meta.get("name") or meta.get("generateName")
     try:
-        return await kube.create(paths[kind], obj, f"creating {kind} {name}")
+        try:
+            return await kube.create(paths[kind], obj, f"creating {kind} {name}")
+        except KubeError as e:
+            if not (e.conflict and kind == "DeviceClass" and meta.get("name")):
+                raise
+            path = object_path("resource.k8s.io/v1", "deviceclasses", name=meta["name"])
+            return await _replace(kube, path, obj)
     except KubeError as e:
         if e.status == 0:  # no answer: not the manifest's fault
             raise
         raise RuntimeError(f"creating {kind} {name}: {e.detail}") from None
+
+
+async def _replace(kube: Kube, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """Replace the object at ``path`` with ``obj`` (carrying the stored
+    resourceVersion). Raises `intent.kube.KubeError` as `Kube.replace`."""
+    name = obj["metadata"]["name"]
+    current = await kube.get(path, f"reading {obj['kind']} {name}") or {}
+    version = (current.get("metadata") or {}).get("resourceVersion")
+    body = {**obj, "metadata": {**obj["metadata"], "resourceVersion": version}}
+    return await kube.replace(path, body, f"replacing {obj['kind']} {name}")
+
+
+def node_classes(docs: list[dict[str, Any]]) -> list[str]:
+    """``Kind/name`` of each node-class document (`NODE_CLASS_KINDS`) in ``docs``."""
+    return [
+        f"{d['kind']}/{(d.get('metadata') or {}).get('name')}"
+        for d in docs
+        if d.get("kind") in NODE_CLASS_KINDS
+    ]
 
 
 def webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:

@@ -1,6 +1,7 @@
-"""What the demo's demand needs and what was bought: native whole-GPU twins solved by the
-sim's Karpenter, GPUs and instance cost per model, NodeClaims beyond the need. Purely
-computational (see the package docstring for the rules)."""
+"""What the demo's demand needs and what was bought: the ideal native twin
+(`gpu_intent.demo.twin`) solved by the sim's Karpenter, GPUs and instance cost per model,
+NodeClaims beyond the need. Purely computational (see the package docstring for the
+rules)."""
 
 from __future__ import annotations
 
@@ -9,28 +10,32 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
-from gpu_intent.demo.manifests import ANY_MODEL, GPU_NAME_LABEL, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL
-from intent.contract import Intent
-from intent.keys import NVIDIA_GPU
-from sim.catalog import CATALOG, InstanceType, by_name, format_quantity
+from gpu_intent.demo.manifests import ANY_MODEL, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL
+from gpu_intent.demo.twin import DemandPod, Ideal, gpus_lower_bound, ideal_twins
+from sim.catalog import CATALOG, InstanceType, by_name
 from sim.karpenter import Snapshot, solve
-from sim.scheduling import pod_requests
 
 log = logging.getLogger(__name__)
 
+#: Namespace of the twin pods handed to the solve (they are never created).
+TWIN_NAMESPACE: Final = "native-twins"
 
-@dataclass(frozen=True, slots=True)
-class DemandPod:
-    """One example pod's demand: ``key`` ``namespace/name``, its GPU ``intent`` (None: not
-    a GPU pod) and the ``pod`` object (its cpu and memory requests are read from it)."""
-
-    key: str
-    intent: Intent | None
-    pod: Mapping[str, Any]
+__all__ = [
+    "TWIN_NAMESPACE",
+    "Balance",
+    "ClaimCost",
+    "DemandPod",
+    "Need",
+    "balance",
+    "bought_claim",
+    "gpus_needed",
+    "native_need",
+    "native_twins",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,19 +60,23 @@ class ClaimCost:
 @dataclass(frozen=True, slots=True)
 class Need:
     """What the demand needs: ``gpus`` per model (``ceil`` of summed intents; `ANY_MODEL`
-    for intents without a model), the native solve's NodeClaims (`ClaimCost`, cheapest
-    instance type each) and the twins it could not place (twin name -> Karpenter's
-    message)."""
+    for intents without a model), the ideal twin's NodeClaims as the sim's Karpenter
+    solves them (`ClaimCost`, cheapest instance type each), the twins it could not place
+    (twin name -> Karpenter's message) and ``lower_bound``: whole GPUs per model of the
+    ideal twin's packing (`gpu_intent.demo.twin.gpus_lower_bound`)."""
 
     gpus: Mapping[str, int]
     claims: tuple[ClaimCost, ...]
     unplaced: Mapping[str, str]
+    lower_bound: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class Balance:
-    """Bought against needed: GPUs per model (needed, bought, native solve), instance
-    cost in USD/hour (bought, native), and the NodeClaims beyond the need (name -> why)."""
+    """Bought against needed: GPUs per model (needed: ``ceil`` of summed intents; the
+    ideal twin's packing, ``lower_bound``; bought; the ideal twin's solve, ``native``),
+    instance cost in USD/hour (bought; ``native``: the ideal twin's solve), and the
+    NodeClaims beyond the need (name -> why)."""
 
     gpus_needed: Mapping[str, int]
     gpus_bought: Mapping[str, int]
@@ -77,103 +86,33 @@ class Balance:
     claims_bought: int
     claims_native: int
     beyond: Mapping[str, str]
-
-
-def _cpu_memory(pod: Mapping[str, Any]) -> dict[str, Decimal]:
-    """The pod's effective cpu (cores) and memory (bytes) requests; none if unparsable."""
-    try:
-        requests = pod_requests(pod)
-    except ValueError:
-        return {}
-    return {k: v for k, v in requests.items() if k in ("cpu", "memory") and v > 0}
-
-
-def _twin(
-    index: int,
-    gpus: int,
-    model: str | None,
-    pool: str | None,
-    resources: Mapping[str, Decimal],
-    serves: Sequence[str],
-) -> dict[str, Any]:
-    selector = {}
-    if model:
-        selector[GPU_NAME_LABEL] = model
-    if pool:
-        selector[NODEPOOL_LABEL] = pool
-    requests = {k: format_quantity(k, v) for k, v in sorted(resources.items())}
-    requests[NVIDIA_GPU] = str(gpus)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"native-{index}",
-            "namespace": "native-twins",
-            "uid": f"native-twin-{index:06d}",
-            "creationTimestamp": "2000-01-01T00:00:00Z",
-            "annotations": {"gpu-intent.io/native-twin-of": ",".join(serves)},
-        },
-        "spec": {
-            "nodeSelector": selector,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [
-                {
-                    "name": "gpu",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {
-                        "requests": requests,
-                        "limits": {NVIDIA_GPU: str(gpus)},
-                    },
-                }
-            ],
-        },
-    }
+    gpus_lower_bound: Mapping[str, int] = field(default_factory=dict)
 
 
 def native_twins(
-    pods: Sequence[DemandPod], *, default_nodepool: str | None = None
+    pods: Sequence[DemandPod],
+    nodepools: Sequence[Mapping[str, Any]] = (),
+    *,
+    default_nodepool: str | None = None,
+    catalog: Sequence[InstanceType] = CATALOG,
 ) -> list[dict[str, Any]]:
-    """The same demand written as native whole-GPU pods (see the module docstring).
+    """The ideal twin of ``pods`` (`gpu_intent.demo.twin.ideal_twins`) as Pod objects for
+    the solve: ``native-<n>`` in namespace ``native-twins`` with a fixed uid and
+    creation time (the solve orders pods by them), then the pods without a GPU intent
+    unchanged."""
+    return _solve_pods(
+        ideal_twins(pods, nodepools, default_nodepool=default_nodepool, catalog=catalog)
+    )
 
-    A GPU pod needing ``g >= 1`` GPUs gets a twin of ``ceil(g)``; pods needing less than
-    one GPU are summed per (model, pool) into one twin of ``ceil(sum)``. Each twin
-    requests its pods' summed cpu and memory, selects ``GPU_NAME_LABEL=model`` and
-    ``NODEPOOL_LABEL=pool`` (the intent's pool, or ``default_nodepool`` for an intent
-    without a model; no pool selector otherwise) and tolerates every taint; its
-    ``gpu-intent.io/native-twin-of`` annotation lists the pods it stands for. Pods
-    without an intent are passed through unchanged. Returned in input order of first
-    pod, fractional groups after the whole ones.
-    """
+
+def _solve_pods(ideal: Ideal) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    fractional: dict[tuple[str | None, str | None], list[DemandPod]] = defaultdict(list)
-    for demand in pods:
-        intent = demand.intent
-        if intent is None:
-            out.append(dict(demand.pod))
-            continue
-        pool = intent.pool or (None if intent.model else default_nodepool)
-        if intent.gpus < 1:
-            fractional[(intent.model, pool)].append(demand)
-            continue
-        out.append(
-            _twin(
-                len(out),
-                math.ceil(intent.gpus),
-                intent.model,
-                pool,
-                _cpu_memory(demand.pod),
-                [demand.key],
-            )
-        )
-    for (model, pool), group in fractional.items():
-        total = sum((d.intent.gpus for d in group if d.intent is not None), Decimal(0))
-        resources: dict[str, Decimal] = defaultdict(Decimal)
-        for d in group:
-            for k, v in _cpu_memory(d.pod).items():
-                resources[k] += v
-        out.append(
-            _twin(len(out), math.ceil(total), model, pool, resources, [d.key for d in group])
-        )
+    for index, twin in enumerate(ideal.twins):
+        pod = twin.pod(f"native-{index}", TWIN_NAMESPACE)
+        pod["metadata"]["uid"] = f"native-twin-{index:06d}"
+        pod["metadata"]["creationTimestamp"] = "2000-01-01T00:00:00Z"
+        out.append(pod)
+    out.extend(dict(p) for p in ideal.others)
     return out
 
 
@@ -193,11 +132,14 @@ def native_need(
     default_nodepool: str | None = None,
     catalog: Sequence[InstanceType] = CATALOG,
 ) -> Need:
-    """What Karpenter would buy for the same demand as native whole-GPU pods: `solve`
-    over `native_twins` with ``nodepools`` and no existing capacity. Each NodeClaim of
-    the solve is priced at its cheapest remaining instance type (the one launched)."""
-    twins = native_twins(pods, default_nodepool=default_nodepool)
-    results = solve(Snapshot(pods=twins, nodepools=list(nodepools), existing=(), catalog=catalog))
+    """What Karpenter would buy for the ideal twin of the demand: `solve` over
+    `native_twins` (packed within the instance types of ``nodepools``) with
+    ``nodepools`` and no existing capacity. Each NodeClaim of the solve is priced at its
+    cheapest remaining instance type (the one launched)."""
+    ideal = ideal_twins(pods, nodepools, default_nodepool=default_nodepool, catalog=catalog)
+    results = solve(
+        Snapshot(pods=_solve_pods(ideal), nodepools=list(nodepools), existing=(), catalog=catalog)
+    )
     claims = []
     for i, new in enumerate(results.new_nodeclaims):
         it = min(new.instance_types, key=lambda t: t.price)
@@ -212,7 +154,9 @@ def native_need(
                 pods=tuple(str((p.get("metadata") or {}).get("name")) for p in new.pods),
             )
         )
-    return Need(gpus_needed(pods), tuple(claims), dict(results.errors))
+    return Need(
+        gpus_needed(pods), tuple(claims), dict(results.errors), gpus_lower_bound(ideal.twins)
+    )
 
 
 def bought_claim(
@@ -254,13 +198,15 @@ def balance(bought: Sequence[ClaimCost], need: Need) -> Balance:
     """Compare the NodeClaims created (``bought``, in creation order) with ``need``.
 
     Beyond the need, each with the reason: a NodeClaim after the first
-    ``len(need.claims)``; a launched one whose GPUs take its model's running total above
-    ``max(need.gpus[model], native solve's GPUs of model)``; a launched one without GPUs
-    once the native solve's GPU-less NodeClaims are used up. Costs in USD/hour.
+    ``len(need.claims)`` (the ideal twin's solve); a launched one whose GPUs take its
+    model's running total above ``max(need.lower_bound[model], ideal solve's GPUs of
+    model)``; a launched one without GPUs once the ideal solve's GPU-less NodeClaims are
+    used up. Costs in USD/hour.
     """
     native_gpus = _per_model(need.claims)
     allowed = {
-        m: max(need.gpus.get(m, 0), native_gpus.get(m, 0)) for m in {*need.gpus, *native_gpus}
+        m: max(need.lower_bound.get(m, 0), native_gpus.get(m, 0))
+        for m in {*need.lower_bound, *native_gpus}
     }
     gpu_less_allowed = sum(1 for c in need.claims if c.instance_type and not c.gpus)
     beyond: dict[str, str] = {}
@@ -272,8 +218,8 @@ def balance(bought: Sequence[ClaimCost], need: Need) -> Balance:
         )
         if kept >= len(need.claims):
             beyond[claim.name] = (
-                f"NodeClaim {index} of {len(bought)} created ({what}); the native whole-GPU"
-                f" solve makes {len(need.claims)}"
+                f"NodeClaim {index} of {len(bought)} created ({what}); the ideal native"
+                f" twin's solve makes {len(need.claims)}"
             )
             continue
         if claim.gpu_model and claim.gpus:
@@ -287,7 +233,9 @@ def balance(bought: Sequence[ClaimCost], need: Need) -> Balance:
             used[claim.gpu_model] += claim.gpus
         elif claim.instance_type:
             if gpu_less >= gpu_less_allowed:
-                beyond[claim.name] = f"no GPU and the native solve buys no such NodeClaim ({what})"
+                beyond[claim.name] = (
+                    f"no GPU and the ideal twin's solve buys no such NodeClaim ({what})"
+                )
                 continue
             gpu_less += 1
         kept += 1
@@ -295,6 +243,7 @@ def balance(bought: Sequence[ClaimCost], need: Need) -> Balance:
         gpus_needed=dict(need.gpus),
         gpus_bought=_per_model(bought),
         gpus_native=native_gpus,
+        gpus_lower_bound=dict(need.lower_bound),
         cost_bought=sum((c.price_per_hour or Decimal(0) for c in bought), Decimal(0)),
         cost_native=sum((c.price_per_hour or Decimal(0) for c in need.claims), Decimal(0)),
         claims_bought=len(bought),

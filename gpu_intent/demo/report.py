@@ -21,10 +21,10 @@ from intent.contract import (
     Intent,
     IntentError,
     Phase,
-    format_gpus,
 )
 from intent.inference import infer
 from intent.keys import NVIDIA_GPU
+from intent.text import gpus_for_people, usd_for_people
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +160,10 @@ class Timeline:
             except IntentError:
                 record.intent = None
             self.say(f"pod {key}", f"created; intent: {describe_intent(record.intent)}")
-            if record.intent is not None and not record.annotated and not spec.get(
-                "resourceClaims"
+            if (
+                record.intent is not None
+                and not record.annotated
+                and not spec.get("resourceClaims")
             ):
                 self.say(f"pod {key}", "not annotated by the webhook (namespace not opted in)")
         elif not record.annotated:
@@ -297,7 +299,7 @@ class Timeline:
 def describe_intent(intent: Intent | None) -> str:
     if intent is None:
         return "none (not a GPU pod)"
-    parts = [f"{format_gpus(intent.gpus)} GPU", intent.model or "any model"]
+    parts = [f"{gpus_for_people(intent.gpus)} GPU", intent.model or "any model"]
     if intent.gpu_memory_mib:
         parts.append(f"{intent.gpu_memory_mib} MiB")
     sources = sorted({s.where for s in intent.source})
@@ -350,7 +352,7 @@ def claims_table(claims: Sequence[ClaimCost], result: Balance, out: TextIO) -> N
                 c.node_pool,
                 c.instance_type or "-",
                 f"{c.gpus} {c.gpu_model}" if c.gpu_model else "0",
-                f"{c.price_per_hour}" if c.price_per_hour is not None else "-",
+                usd_for_people(c.price_per_hour) if c.price_per_hour is not None else "-",
                 ("deleted" if c.deleted else "live") + ("" if c.launched else ", not launched"),
                 "BEYOND" if c.name in result.beyond else "ok",
             )
@@ -379,6 +381,7 @@ def summary_json(
     with_controller: bool,
     timings: str,
     seconds: float,
+    story: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``--output json`` object.
 
@@ -388,12 +391,19 @@ def summary_json(
     karpenterFailed}]``; ``nodeClaims`` (every one created, creation order): ``[{name,
     nodePool, instanceType, gpuModel, gpus, pricePerHour (USD, null if not launched),
     launched, deleted, beyondNeed (reason or null)}]``; ``nativeNodeClaims`` (the native
-    solve's, same shape without state); ``nativeUnplaced`` (twin -> message);
-    ``gpusNeeded``, ``gpusBought``, ``gpusNative`` (model -> count); ``costPerHour``:
-    ``{bought, native}`` (USD/hour); ``beyondNeed`` (NodeClaim -> reason); ``problems``
-    (why ``ok`` is false); ``warnings`` (e.g. a component that ignored cancellation at
-    the end); ``triggersLeft``; ``withController``; ``timings``;
-    ``seconds`` (wall clock of the run).
+    solve's, same shape without state; the solve of the ideal native twin,
+    `gpu_intent.demo.twin`); ``nativeUnplaced`` (twin -> message); ``gpusNeeded``
+    (``ceil`` of summed intents), ``gpusLowerBound`` (the ideal twin's
+    first-fit-decreasing packing), ``gpusBought``, ``gpusNative`` (the ideal twin's
+    solve) (model -> count); ``costPerHour``: ``{bought, native}`` (USD/hour);
+    ``idealCostPerHour`` (USD/hour the sim's Karpenter buys for the ideal twin, equal to
+    ``costPerHour.native``); ``beyondNeed`` (NodeClaim -> reason, judged against the
+    ideal twin); ``problems`` (why ``ok`` is false); ``warnings`` (e.g. a component that
+    ignored cancellation at the end); ``triggersLeft``; ``withController``; ``timings``;
+    ``seconds`` (wall clock of the run); ``story`` (when given): ``{pods, bound, closed,
+    closedAfterSeconds (every pod closed; null: not within the timeout),
+    endedAfterSeconds (the wait ended), timeoutSeconds}``, seconds from the first pod's
+    creation.
     """
     pods = []
     for record in sorted(timeline.pods.values(), key=lambda r: r.name):
@@ -448,9 +458,11 @@ def summary_json(
         "nativeNodeClaims": [{**claim_json(c), "pods": list(c.pods)} for c in need.claims],
         "nativeUnplaced": dict(need.unplaced),
         "gpusNeeded": dict(result.gpus_needed),
+        "gpusLowerBound": dict(result.gpus_lower_bound),
         "gpusBought": dict(result.gpus_bought),
         "gpusNative": dict(result.gpus_native),
         "costPerHour": {"bought": _usd(result.cost_bought), "native": _usd(result.cost_native)},
+        "idealCostPerHour": _usd(result.cost_native),
         "beyondNeed": dict(result.beyond),
         "problems": list(problems),
         "warnings": list(warnings),
@@ -458,4 +470,5 @@ def summary_json(
         "withController": with_controller,
         "timings": timings,
         "seconds": round(seconds, 2),
+        **({"story": dict(story)} if story is not None else {}),
     }

@@ -25,14 +25,17 @@ from controller.triggers import TriggerSettings
 from gpu_intent.demo.manifests import (
     DEFAULT_NODEPOOL,
     GPU_NAME_LABEL,
+    NODE_CLASS_KINDS,
     TRIGGER_NAMESPACE,
     ExamplesError,
     apply,
     default_examples,
+    node_classes,
     read_examples,
     webhook_configuration,
 )
 from gpu_intent.demo.need import DemandPod, balance, native_need
+from gpu_intent.demo.progress import Counts, StoryProgress
 from gpu_intent.demo.report import (
     PodRecord,
     Timeline,
@@ -55,6 +58,7 @@ from intent.kube import (
     load_configuration,
 )
 from intent.retry import retrying
+from intent.text import usd_for_people
 from sim.cluster import SimCluster
 from sim.nodeclaims import EKS_TIMINGS, KarpenterTimings
 from webhook import server as webhook_server
@@ -210,6 +214,7 @@ async def run_demo(
         max_seconds=max_seconds if max_seconds is not None else default_timeout(karpenter),
         with_controller=with_controller,
         text=err if output == "json" else out,
+        progress=err,
     )
     with tempfile.TemporaryDirectory(prefix="gpu-intent-demo-") as tmp:
         work = Path(tmp)
@@ -245,13 +250,26 @@ class _Story:
     max_seconds: float
     with_controller: bool
     text: TextIO
+    #: Where progress goes while the demo waits (`StoryProgress`; stderr).
+    progress: TextIO
     #: Tasks that ignored a cancellation when the demo stopped them.
     stubborn: list[str] = field(default_factory=list)
+    #: Seconds from the first pod's creation until the story ended (every pod closed;
+    #: None: not within the timeout), and until the demo stopped waiting.
+    closed_after: float | None = None
+    ended_after: float | None = None
 
     async def _apply_setup(self, api: Kube, ca_pem: bytes, port: int) -> None:
         namespaces = set()
+        classes = node_classes([doc for _, doc in self.manifests])
+        if classes:
+            print(
+                f"node classes accepted, not applied: {', '.join(classes)}; the sim's"
+                " instance-type catalog stands in for them",
+                file=self.text,
+            )
         for path, doc in self.manifests:
-            if doc["kind"] == "Pod":
+            if doc["kind"] == "Pod" or doc["kind"] in NODE_CLASS_KINDS:
                 continue
             if doc["kind"] == "Namespace":
                 namespaces.add(doc["metadata"].get("name"))
@@ -317,16 +335,26 @@ class _Story:
                     except RuntimeError as e:
                         raise ExamplesError(f"{path}: {e}") from None
                 deadline = time.monotonic() + self.max_seconds
-                while time.monotonic() < deadline:
-                    await asyncio.sleep(0.25)
-                    if self._finished(timeline, len(workloads)):
-                        break
-                # Every NodeClaim launched or gone, checked against a fresh list.
-                while True:
-                    timeline.sync_nodeclaims((await api.list(NODECLAIMS))[0])
-                    if not timeline.unsettled_claims() or time.monotonic() >= deadline:
-                        break
-                    await asyncio.sleep(0.25)
+                expected = len(workloads)
+                with StoryProgress(self.progress) as progress:
+                    shown, timeline.out = timeline.out, progress.above(timeline.out)
+                    try:
+                        while time.monotonic() < deadline:
+                            await asyncio.sleep(0.25)
+                            progress.update(_counts(timeline, expected))
+                            if self._finished(timeline, expected):
+                                self.closed_after = timeline.now()
+                                break
+                        # Every NodeClaim launched or gone, checked against a fresh list.
+                        while True:
+                            timeline.sync_nodeclaims((await api.list(NODECLAIMS))[0])
+                            progress.update(_counts(timeline, expected))
+                            if not timeline.unsettled_claims() or time.monotonic() >= deadline:
+                                break
+                            await asyncio.sleep(0.25)
+                    finally:
+                        self.ended_after = timeline.now()
+                        timeline.out = shown
             nodepools, _ = await api.list(NODEPOOLS)
             triggers, _ = await controller_kube.list(
                 PODS,
@@ -362,15 +390,21 @@ class _Story:
             f"{c.node_pool} {c.instance_type} ({c.gpus} {c.gpu_model})" for c in need.claims
         )
         print(f"\nGPUs needed:      {format_models(result.gpus_needed)}", file=text)
+        print(
+            f"GPUs lower bound: {format_models(result.gpus_lower_bound)} (the ideal native"
+            " twin: shared pods packed first-fit-decreasing into whole GPUs)",
+            file=text,
+        )
         print(f"GPUs provisioned: {format_models(result.gpus_bought)}", file=text)
         print(
-            f"NodeClaims created: {result.claims_bought}; the same demand as native whole-GPU"
-            f" pods: {result.claims_native} ({native or 'none'})",
+            f"NodeClaims created: {result.claims_bought}; for the ideal native twin:"
+            f" {result.claims_native} ({native or 'none'})",
             file=text,
         )
         print(
-            f"Instance cost: ${result.cost_bought:.4f}/h bought; ${result.cost_native:.4f}/h"
-            " for the same demand as native whole-GPU pods (sim catalog, on-demand)",
+            f"Instance cost: ${usd_for_people(result.cost_bought)}/h bought;"
+            f" ${usd_for_people(result.cost_native)}/h for the ideal native twin"
+            " (sim catalog, on-demand)",
             file=text,
         )
         for twin, message in need.unplaced.items():
@@ -437,18 +471,27 @@ class _Story:
             with_controller=self.with_controller,
             timings=self.timings_name,
             seconds=time.monotonic() - wall,
+            story={
+                "pods": expected,
+                "bound": sum(1 for r in timeline.pods.values() if r.node),
+                "closed": sum(1 for r in timeline.pods.values() if closed(r)),
+                "closedAfterSeconds": _seconds(self.closed_after),
+                "endedAfterSeconds": _seconds(self.ended_after),
+                "timeoutSeconds": self.max_seconds,
+            },
         )
         return (0 if ok else 1), summary
 
 
-#: Scale-up phases that say a scale-up is still under way: a bound pod's status must
-#: not end in one of them (it is owed ``Scheduled``).
-OPEN_PHASES: frozenset[str] = frozenset({Phase.TRIGGERED, Phase.PROVISIONING, Phase.NODE_READY})
-
-
 def _unclosed(timeline: Timeline) -> list[str]:
-    """Bound pods whose scale-up status still says a scale-up is under way."""
-    return sorted(r.name for r in timeline.pods.values() if r.node and r.phase in OPEN_PHASES)
+    """Bound pods whose story has not ended (`closed`): a scale-up status still open
+    (``Triggered``, ``Provisioning``, ``NodeReady``, ``Waiting``, ``Failed``) or none yet
+    from the controller that follows them, each with its phase."""
+    return sorted(
+        f"{r.name} ({r.phase or 'no status'})"
+        for r in timeline.pods.values()
+        if r.node and not closed(r)
+    )
 
 
 def _misnamed(timeline: Timeline) -> list[str]:
@@ -463,14 +506,54 @@ def _misnamed(timeline: Timeline) -> list[str]:
     )
 
 
+#: Phases that end a bound pod's story: the controller owes it nothing more.
+BOUND_CLOSED_PHASES: frozenset[str] = frozenset({Phase.SCHEDULED, Phase.NATIVE})
+#: Phases that end a pod's story bound or not: no NodePool serves it, its intent does not
+#: parse. ``Failed`` (the controller gave up) ends it while the pod is unbound; once
+#: bound, the pod is owed ``Scheduled`` (``controller.state.TRACKED_PHASES``).
+GIVEN_UP_PHASES: frozenset[str] = frozenset({Phase.UNRESOLVABLE, Phase.INVALID})
+
+
+def _followed(record: PodRecord) -> bool:
+    """The controller writes the pod a scale-up status: it has a GPU intent that the
+    webhook annotated, or it asks for GPUs through DRA claims."""
+    spec = record.pod.get("spec") or {}
+    return record.intent is not None and (record.annotated or bool(spec.get("resourceClaims")))
+
+
+def closed(record: PodRecord) -> bool:
+    """The pod's story has ended: bound with a closed status (`BOUND_CLOSED_PHASES`, or
+    no status when the controller does not follow it, `_followed`), or given up
+    (`GIVEN_UP_PHASES`, or ``Failed`` while unbound)."""
+    if record.phase in GIVEN_UP_PHASES:
+        return True
+    if not record.node:
+        return record.phase == Phase.FAILED
+    return record.phase in BOUND_CLOSED_PHASES or (not record.phase and not _followed(record))
+
+
 def _done(timeline: Timeline, expected: int) -> bool:
-    pods = timeline.pods.values()
+    """Every example pod seen and `closed`, and no trigger pod left."""
     return (
         len(timeline.pods) == expected
-        and all(p.node for p in pods)
+        and all(closed(p) for p in timeline.pods.values())
         and not timeline.triggers_live
-        and not _unclosed(timeline)
     )
+
+
+def _counts(timeline: Timeline, expected: int) -> Counts:
+    pods = timeline.pods.values()
+    return Counts(
+        pods=max(expected, len(timeline.pods)),
+        bound=sum(1 for p in pods if p.node),
+        closed=sum(1 for p in pods if closed(p)),
+        claims=len(timeline.claims),
+        elapsed=timeline.now(),
+    )
+
+
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 def _is_native(record: PodRecord) -> bool:
