@@ -171,14 +171,18 @@ class Memory:
     def resolve_left(self, key: Key, current: Obj | None) -> None:
         """What reading a `left` pod returned: the pod as it is now, or None when it is
         gone. A bound pod's GPUs count as used on its node, and one told a tracked phase
-        is owed a final status; any other is forgotten."""
+        is owed a final status, as is one not told anything yet (`_note_left` kept it
+        because it was Unschedulable: a status decided for it may have been dropped
+        when it bound first, `controller.reports`); any other is forgotten."""
         self._left.pop(key, None)
         node = (current or {}).get("spec", {}).get("nodeName")
         if current is None or not node:
             return
         annotations = (current.get("metadata") or {}).get("annotations") or {}
         status = ScaleUpStatus.from_annotation(annotations.get(ANNOTATION_SCALE_UP))
-        if status is not None and status.phase in TRACKED_PHASES:
+        if (status is None and ANNOTATION_GPUS in annotations) or (
+            status is not None and status.phase in TRACKED_PHASES
+        ):
             self._bound[key] = current
         bound_at = ScheduledPod.parse(current).bound_at
         if bound_at is not None and (self._last_bind is None or bound_at > self._last_bind):
@@ -189,6 +193,15 @@ class Memory:
             intent = None
         if intent is not None:
             self._used[node] = self._used.get(node, Decimal(0)) + gpu_use(intent)
+
+    def owe_final(self, key: Key, current: Obj) -> None:
+        """A status write for bound pod ``key`` landed after its binding (``current``:
+        the pod as the write's answer showed it): it is owed its final status again,
+        whatever was written before (`controller.reports`). Its GPUs are not counted
+        again (`resolve_left` did, or will, when it read the pod back)."""
+        if key in self._bound or len(self._left) + len(self._bound) < MAX_SCHEDULED:
+            self._bound[key] = current
+            self._version += 1
 
     def last_bind(self) -> datetime | None:
         """When a pod we were scaling up for was last bound (its ``PodScheduled=True``

@@ -83,11 +83,14 @@ def parse_time(value: object) -> datetime | None:
 
 @dataclass(frozen=True, slots=True, order=True)
 class PodRef:
-    """A pod's identity: namespace, name and uid (the uid guards deletes)."""
+    """A pod's identity: namespace, name and uid (the uid guards deletes), and the
+    ``resourceVersion`` of the object it was read from (``version``; empty when not
+    read from one): the pod state a decision about it was made on."""
 
     namespace: str
     name: str
     uid: str = field(default="", compare=False)
+    version: str = field(default="", compare=False)
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -153,6 +156,10 @@ class ScaleUpStatus:
     node_claim: str | None = None
     node: str | None = None
     since: str | None = None
+    #: The ``resourceVersion`` of the pod this status was decided on (JSON
+    #: ``podResourceVersion``; None when unknown, as in statuses written before it was
+    #: added): a reader tells a status older than the pod it is on by it.
+    observed: str | None = None
 
     def to_annotation(self) -> str:
         data = {
@@ -162,6 +169,7 @@ class ScaleUpStatus:
             "nodeClaim": self.node_claim,
             "node": self.node,
             "since": self.since,
+            "podResourceVersion": self.observed,
         }
         return json.dumps({k: v for k, v in data.items() if v}, separators=(",", ":"))
 
@@ -184,10 +192,12 @@ class ScaleUpStatus:
             node_claim=text("nodeClaim"),
             node=text("node"),
             since=text("since"),
+            observed=text("podResourceVersion"),
         )
 
     def same_state(self, other: ScaleUpStatus | None) -> bool:
-        """Equal but for ``since`` and ``message``: no need to write it again."""
+        """Equal but for ``since``, ``message`` and ``observed``: no need to write it
+        again."""
         return other is not None and (
             self.phase,
             self.trigger,
@@ -389,7 +399,10 @@ def object_meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 def pod_ref(obj: Mapping[str, Any]) -> PodRef:
     meta = object_meta(obj)
     return PodRef(
-        str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", ""))
+        str(meta.get("namespace", "")),
+        str(meta.get("name", "")),
+        str(meta.get("uid", "")),
+        str(meta.get("resourceVersion", "")),
     )
 
 

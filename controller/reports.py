@@ -5,14 +5,30 @@ the executor (`controller.executor.Executor`) queues those here and never waits 
 them, so a burst of 10,000 pods is told over minutes (the report rate limit) while the
 passes go on deleting and marking triggers. The latest status per pod wins, and one
 equal to what is being written already is dropped, so no Event is recorded twice.
+
+**A status is never older than the truth.** A status is decided on the pod as the cache
+showed it (its ``resourceVersion``, `controller.model.PodRef.version`, written into the
+annotation as ``podResourceVersion`` and into the Event's ``involvedObject``), and may
+be written seconds later (the rate limit, a slow API server). Before the write, a status
+that only holds for a pod without a node (`controller.memory.TRACKED_PHASES`) is
+dropped when the pod has left the pending set since (bound or deleted: the planner
+decides its final status from the read-back, `controller.memory.Memory.resolve_left`),
+or when the pod's annotation already shows a status decided on a newer version of it.
+After the write, the API server's answer is the pod as it is now: if it shows a node,
+the status just written raced the binding; its Event is not recorded and the pod is
+owed its final status again (`controller.memory.Memory.owe_final`), which the next pass
+decides. Final statuses (``Scheduled``) are written before any other, their Events
+after the open statuses' annotations, so a burst of bindings is closed first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -20,9 +36,9 @@ from prometheus_client import CollectorRegistry
 
 from controller.cache import InformerCache, Kind
 from controller.decisions import Event, SetStatus
-from controller.memory import Memory
+from controller.memory import TRACKED_PHASES, Memory
 from controller.metrics import ControllerMetrics, Lane
-from controller.model import ANNOTATION_RETRY, PodRef
+from controller.model import ANNOTATION_RETRY, PodRef, ScaleUpStatus, object_meta
 from intent.contract import ANNOTATION_SCALE_UP, Phase
 from intent.kube import Kube, KubeError
 from intent.logs import about
@@ -30,6 +46,21 @@ from intent.logs import about
 log = logging.getLogger(__name__)
 
 COMPONENT = "gpu-intent-controller"
+
+#: Open statuses written per round of the writer at most: a final status queued during
+#: a burst waits for no more than this many writes (8 slots at the report rate).
+BATCH = 64
+
+
+def newer(have: str | None, want: str) -> bool:
+    """Whether resourceVersion ``have`` is newer than ``want`` (both as the API server
+    gave them). kube-apiserver's are etcd revisions, decimal integers that grow with
+    every write (k8s.io/apiserver storage/etcd3 ``APIObjectVersioner``); any other pair
+    (unknown, empty) counts as not newer, so nothing is dropped on a guess."""
+    if not have or not want or not (have.isdigit() and want.isdigit()):
+        return False
+    return int(have) > int(want)
+
 
 #: One API write through the executor's report slots and rate limit
 #: (`controller.executor.Executor.write`): the write's lane and its call.
@@ -40,7 +71,9 @@ Each = Callable[[Callable[[Any], Awaitable[Any]], Sequence[Any]], Awaitable[None
 
 def event_body(ref: PodRef, event: Event, now: datetime, instance: str) -> dict[str, Any]:
     """A core/v1 Event about pod ``ref`` (what ``kubectl describe pod`` lists).
-    Named ``<pod>.<hex time>`` like client-go's recorder; ``count`` 1."""
+    Named ``<pod>.<hex time>`` like client-go's recorder; ``count`` 1; its
+    ``involvedObject.resourceVersion`` is the pod version the status was decided on, as
+    client-go's ``reference.GetReference`` records it."""
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "apiVersion": "v1",
@@ -52,6 +85,7 @@ def event_body(ref: PodRef, event: Event, now: datetime, instance: str) -> dict[
             "namespace": ref.namespace,
             "name": ref.name,
             "uid": ref.uid,
+            **({"resourceVersion": ref.version} if ref.version else {}),
         },
         "reason": event.reason,
         "message": event.message,
@@ -106,9 +140,15 @@ class StatusWriter:
         self._now = now
         self._instance = instance
         self._poke = poke
-        #: Status writes waiting for the writer, latest per pod, and those in flight.
+        #: Status writes waiting for the writer, latest per pod (final statuses apart,
+        #: written first), and those in flight.
         self._queued: dict[tuple[str, str], SetStatus] = {}
+        self._final: dict[tuple[str, str], SetStatus] = {}
         self._writing: dict[tuple[str, str], SetStatus] = {}
+        #: Events of final statuses written, recorded after the open statuses queued.
+        self._events: list[tuple[PodRef, Event]] = []
+        #: Status writes dropped or undone because the pod had moved on (tests, logs).
+        self.dropped = 0
         #: The writer task, while it runs (None before the first status).
         self.task: asyncio.Task[None] | None = None
 
@@ -120,29 +160,69 @@ class StatusWriter:
             writing = self._writing.get(key)
             if writing is not None and change.status.same_state(writing.status):
                 continue
-            self._queued[key] = change
-        if self._queued and (self.task is None or self.task.done()):
+            if change.status.phase in TRACKED_PHASES:
+                self._final.pop(key, None)
+                self._queued[key] = change
+            else:
+                self._queued.pop(key, None)
+                self._final[key] = change
+        if (self._queued or self._final) and (self.task is None or self.task.done()):
             self.task = asyncio.create_task(self._write_all(), name="status-writer")
 
     async def _write_all(self) -> None:
-        while self._queued:
-            batch, self._queued = self._queued, {}
-            self._writing.update(batch)
-            try:
-                await self._each(self._set_status, list(batch.values()))
-            finally:
-                for key in batch:
-                    self._writing.pop(key, None)
+        """Rounds until nothing is queued, each: every final status queued, then up to
+        `BATCH` open ones (so a final status queued meanwhile waits for at most that
+        many writes), then the final statuses' Events."""
+        while self._queued or self._final or self._events:
+            final, self._final = self._final, {}
+            await self._write_batch(final)
+            keys = list(itertools.islice(self._queued, BATCH))
+            await self._write_batch({key: self._queued.pop(key) for key in keys})
+            events, self._events = self._events, []
+            await self._each(lambda item: self._event(*item), events)
         self._poke()  # written statuses may settle decisions: plan again
+
+    async def _write_batch(self, batch: dict[tuple[str, str], SetStatus]) -> None:
+        if not batch:
+            return
+        self._writing.update(batch)
+        try:
+            await self._each(self._set_status, list(batch.values()))
+        finally:
+            for key in batch:
+                self._writing.pop(key, None)
 
     async def flush(self) -> None:
         """Wait until every queued status is written (tests and shutdown)."""
         while self.task is not None and not self.task.done():
             await asyncio.shield(self.task)
 
+    def _moved_on(self, change: SetStatus) -> str | None:
+        """Why ``change`` no longer holds for its pod as the cache shows it now (None:
+        it still may): see the module docstring."""
+        if change.status.phase not in TRACKED_PHASES:
+            return None
+        key = (change.ref.namespace, change.ref.name)
+        current = self._cache.current(Kind.PENDING_PODS, key)
+        if current is None:
+            return "the pod left the pending set (bound or deleted)"
+        annotations = object_meta(current).get("annotations") or {}
+        shown = ScaleUpStatus.from_annotation(annotations.get(ANNOTATION_SCALE_UP))
+        if shown is not None and newer(shown.observed, change.ref.version):
+            return f"its status {shown.phase} was decided on a newer version of it"
+        return None
+
     async def _set_status(self, change: SetStatus) -> bool:
         ref = change.ref
-        annotations = {ANNOTATION_SCALE_UP: change.status.to_annotation()}
+        why = self._moved_on(change)
+        if why is not None:
+            self.dropped += 1
+            log.debug("pod %s: not telling %s: %s", ref, change.status.phase, why)
+            return True
+        status = change.status
+        if ref.version:
+            status = replace(status, observed=ref.version)
+        annotations = {ANNOTATION_SCALE_UP: status.to_annotation()}
         if change.retry is not None:
             annotations[ANNOTATION_RETRY] = change.retry.to_annotation()
         try:
@@ -155,6 +235,22 @@ class StatusWriter:
                 return True  # the pod is gone: nothing left to tell
             log.warning("updating scale-up status of pod %s: %s", ref, e, extra=about(ref))
             return False
+        bound = (obj.get("spec") or {}).get("nodeName")
+        if bound and change.status.phase in TRACKED_PHASES:
+            # The pod was bound before this write landed: the status is older than the
+            # pod. No Event for it; the pod is owed its final status again.
+            self.dropped += 1
+            key = (ref.namespace, ref.name)
+            if key not in self._final:  # else its final status is next in line already
+                self._memory.owe_final(key, obj)
+            log.info(
+                "pod %s: %s written after it was bound to %s; owed its final status",
+                ref,
+                change.status.phase,
+                bound,
+                extra=about(ref),
+            )
+            return True
         if change.retry is not None:
             self._memory.release_retry((ref.namespace, ref.name), change.retry)
         self._metrics.record_scale_up(change.status.phase)
@@ -168,7 +264,10 @@ class StatusWriter:
             "pod %s: %s: %s", ref, change.status.phase, change.status.message, extra=about(ref)
         )
         if change.event is not None:
-            await self._event(ref, change.event)
+            if change.status.phase in TRACKED_PHASES:
+                await self._event(ref, change.event)
+            else:
+                self._events.append((ref, change.event))
         return True
 
     async def _event(self, ref: PodRef, event: Event) -> None:

@@ -30,6 +30,10 @@ The failures, each as the real server produces it:
   on a stale resourceVersion, ``errors.NewConflict``).
 - ``latency``: the request is served after ``delay`` seconds.
 
+A switch with ``body_contains`` answers only requests whose body holds that text (say
+``gpu-intent.io/scale-up``: only the controller's status writes), as a server slow on
+some writes and not others: a webhook or etcd contention on one object.
+
 `Faults.drop_watches` ends open watches now, as an apiserver restart or a load balancer
 idle cut does: the stream ends without an error event and the client must re-watch.
 """
@@ -74,11 +78,14 @@ class Fault:
     as_event: bool = True
     message: str = "injected fault"
     rate: float = 1.0
+    body_contains: str | None = None
     hits: int = field(default=0, init=False)
 
-    def applies(self, verb: str, resource: str) -> bool:
+    def applies(self, verb: str, resource: str, body: bytes = b"") -> bool:
         """Whether this switch answers a request of ``verb`` on ``resource``
-        (``plural`` or ``plural/subresource``)."""
+        (``plural`` or ``plural/subresource``) with ``body``."""
+        if self.body_contains is not None and self.body_contains.encode() not in body:
+            return False
         if self.count is not None and self.hits >= self.count:
             return False
         if self.kind == "conflict" and verb not in ("update", "patch"):
@@ -146,13 +153,16 @@ class Faults:
         as_event: bool = True,
         message: str = "injected fault",
         rate: float = 1.0,
+        body_contains: str | None = None,
     ) -> Fault:
         """Switch a fault on (see the module docstring); returns it for `remove`."""
         if kind not in KINDS:
             raise ValueError(f"unknown fault {kind!r}, expected one of {KINDS}")
         if not 0.0 < rate <= 1.0:
             raise ValueError(f"rate must be in (0, 1], got {rate}")
-        fault = Fault(kind, verb, resource, count, retry_after, delay, as_event, message, rate)
+        fault = Fault(
+            kind, verb, resource, count, retry_after, delay, as_event, message, rate, body_contains
+        )
         self.faults.append(fault)
         return fault
 
@@ -187,13 +197,13 @@ class Faults:
         log.info("fault: dropped %d open watches", dropped)
         return dropped
 
-    def _take(self, verb: str, resource: str) -> list[Fault]:
+    def _take(self, verb: str, resource: str, body: bytes) -> list[Fault]:
         """The switches answering this request, each counted; latency first, then at
         most one failure (the first added)."""
         taken: list[Fault] = []
         failed = False
         for fault in list(self.faults):
-            if not fault.applies(verb, resource):
+            if not fault.applies(verb, resource, body):
                 continue
             if fault.rate < 1.0 and self._random.random() >= fault.rate:
                 continue
@@ -214,7 +224,10 @@ class Faults:
         verb, resource, name = request_info(request)
         if not verb:
             return await handler(request)
-        for fault in self._take(verb, resource):
+        body = b""
+        if any(f.body_contains is not None for f in self.faults) and request.can_read_body:
+            body = await request.read()  # aiohttp keeps it for the handler
+        for fault in self._take(verb, resource, body):
             log.info("fault %s on %s %s", fault.kind, verb, request.path_qs)
             if fault.kind == "latency":
                 await asyncio.sleep(fault.delay)

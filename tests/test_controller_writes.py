@@ -41,9 +41,18 @@ class StuckStatusKube:
         self.calls.append("event")
 
 
+def pending(controller: Controller, *names: str) -> None:
+    """Put pods ``ml/<name>`` in the controller's pending-pods cache, as the informer
+    does (the status writer tells only pods still pending)."""
+    for name in names:
+        obj = {"metadata": {"namespace": "ml", "name": name, "resourceVersion": "1"}}
+        controller.cache.apply(Kind.PENDING_PODS, "ADDED", obj)
+
+
 async def test_trigger_creates_and_marks_never_wait_behind_status_writes() -> None:
     kube = StuckStatusKube()
     controller = Controller(cast(Kube, kube), ControllerConfig(concurrency=4))
+    pending(controller, "new", *(f"p{i}" for i in range(20)))
     told = ScaleUpStatus("Triggered", "m", "t")
     controller.executor.queue_statuses(
         [SetStatus(PodRef("ml", f"p{i}"), told, None) for i in range(20)]
@@ -65,6 +74,7 @@ async def test_status_and_event_writes_are_rate_limited_and_trigger_writes_are_n
     kube.release.set()  # the API answers at once: only the rate limit holds writes back
     config = ControllerConfig(concurrency=8, report_writes_per_second=2)
     controller = Controller(cast(Kube, kube), config)
+    pending(controller, *(f"p{i}" for i in range(6)))
     told = ScaleUpStatus("Triggered", "m", "t")
     controller.executor.queue_statuses(
         [SetStatus(PodRef("ml", f"p{i}"), told, None) for i in range(6)]

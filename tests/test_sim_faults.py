@@ -172,3 +172,31 @@ def test_request_info() -> None:
     }
     for (method, path), want in cases.items():
         assert request_info(make_mocked_request(method, path)) == want, path
+
+
+MERGE = {"Content-Type": "application/merge-patch+json"}
+
+
+async def test_body_contains_limits_a_switch_to_writes_holding_the_text(api: Api) -> None:
+    status, _, _ = await api.call("POST", PODS_PATH, json=POD)
+    assert status == 201
+    fault = api.faults.add(
+        "error", verb="patch", resource="pods", body_contains="gpu-intent.io/scale-up"
+    )
+    other = {"metadata": {"annotations": {"example.com/x": "1"}}}
+    status, body, _ = await api.call(
+        "PATCH", f"{PODS_PATH}/p", data=json.dumps(other), headers=MERGE
+    )
+    assert status == 200 and body["metadata"]["annotations"] == {"example.com/x": "1"}
+    told = {"metadata": {"annotations": {"gpu-intent.io/scale-up": '{"phase":"Triggered"}'}}}
+    status, body, _ = await api.call(
+        "PATCH", f"{PODS_PATH}/p", data=json.dumps(told), headers=MERGE
+    )
+    assert status == 500 and body["reason"] == "InternalError"
+    assert fault.hits == 1
+    api.faults.remove(fault)
+    status, body, _ = await api.call(
+        "PATCH", f"{PODS_PATH}/p", data=json.dumps(told), headers=MERGE
+    )
+    assert status == 200
+    assert body["metadata"]["annotations"]["gpu-intent.io/scale-up"] == '{"phase":"Triggered"}'
