@@ -84,9 +84,9 @@ class StatusTimer:
         self.reopened: set[str] = set()
         self.late_events: list[str] = []
         self.deleted: set[str] = set()
-        #: Bound pods showing an open phase now.
-        self._open_bound: set[str] = set()
-        #: Set once every pod is bound and none shows an open phase.
+        #: Bound pods not showing a closing phase now.
+        self._unclosed: set[str] = set()
+        #: Set once every pod is bound and shows a closing phase.
         self.all_closed = asyncio.Event()
         self._tasks = [
             asyncio.create_task(self._follow_pods()),
@@ -112,11 +112,11 @@ class StatusTimer:
                 self.bound.setdefault(name, now)
                 if phase in CLOSING:
                     self.closed.setdefault(name, now)
-            if name in self.bound and phase in OPEN:
-                self._open_bound.add(name)
+            if name in self.bound and phase not in CLOSING:
+                self._unclosed.add(name)
             else:
-                self._open_bound.discard(name)
-            if len(self.bound) >= self.expected and not self._open_bound:
+                self._unclosed.discard(name)
+            if len(self.bound) >= self.expected and not self._unclosed:
                 self.all_closed.set()
 
     async def _follow_events(self) -> None:

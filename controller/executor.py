@@ -119,6 +119,9 @@ class Executor:
             Lane.PROTECT: asyncio.Semaphore(concurrency),
         }
         self._report_rate = AsyncLimiter(report_writes_per_second, 1.0)
+        #: ``Scheduled`` statuses have slots of their own and no rate limit: one write
+        #: per pod bound, paced by the schedulers (`controller.reports`).
+        self._closing_writes = asyncio.Semaphore(self._report_concurrency)
         #: The creates of the last plan that had any, still in flight (`apply`).
         self.creates: asyncio.Task[None] | None = None
         #: The status writer: statuses and Events through the report slots and rate.
@@ -127,6 +130,7 @@ class Executor:
             cache,
             memory,
             write=lambda lane, coro: self.write(lane, coro, report=True),
+            write_closing=lambda lane, coro: self.write(lane, coro, closing=True),
             each=lambda act, items: each(act, items, self._report_concurrency),
             now=lambda: self._now(),
             instance=instance,
@@ -134,13 +138,18 @@ class Executor:
             metrics=metrics,
         )
 
-    async def write(self, lane: Lane, coro: Any, *, report: bool = False) -> Any:
+    async def write(
+        self, lane: Lane, coro: Any, *, report: bool = False, closing: bool = False
+    ) -> Any:
         """Send one write through its lane's slots (``report``: statuses and Events,
-        which also wait for the report rate limit)."""
+        which also wait for the report rate limit; ``closing``: a ``Scheduled`` status,
+        through slots of its own and no rate limit)."""
         try:
             if report:
                 await self._report_rate.acquire()
             default = self._report_writes if report else self._writes
+            if closing:
+                default = self._closing_writes
             async with self._slots.get(lane, default):
                 try:
                     result = await coro

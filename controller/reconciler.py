@@ -265,7 +265,15 @@ class Controller:
 
     async def _stop_writers(self) -> None:
         executor = self.executor
-        for task in (executor.creates, self._protector, executor.reports.task, self._reader):
+        reports = executor.reports
+        tasks = (
+            executor.creates,
+            self._protector,
+            reports.task,
+            reports.closing_task,
+            self._reader,
+        )
+        for task in tasks:
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)

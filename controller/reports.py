@@ -17,8 +17,16 @@ or when the pod's annotation already shows a status decided on a newer version o
 After the write, the API server's answer is the pod as it is now: if it shows a node,
 the status just written raced the binding; its Event is not recorded and the pod is
 owed its final status again (`controller.memory.Memory.owe_final`), which the next pass
-decides. Final statuses (``Scheduled``) are written before any other, their Events
-after the open statuses' annotations, so a burst of bindings is closed first.
+decides.
+
+**Closing first.** A pod that got its node is told ``Scheduled`` by a writer task of its
+own, through write slots of its own and outside the report rate limit (`write_closing`):
+one write per pod bound, so its pace is the schedulers' binding pace, and it never waits
+behind thousands of open statuses queued at the rate limit. Its Event goes through the
+rate limit with the others. A ``Scheduled`` for a pod whose open status is still in
+flight waits for that write (per pod, writes land in the order decided). Other final
+statuses (``Native``, ``Unresolvable``, ``InvalidIntent``) come before the open ones of
+each round of the rate-limited writer.
 """
 
 from __future__ import annotations
@@ -109,6 +117,7 @@ class StatusWriter:
         memory: the controller's memory, told of final statuses written (and of pods
             found gone) and of retry states the annotation now shows.
         write: one report write (slots and rate limit are the caller's).
+        write_closing: one ``Scheduled`` write (slots of its own, no rate limit).
         each: acts on a batch of statuses a few at a time.
         now: wall clock for the Events.
         instance: the Events' ``reportingInstance`` (this replica).
@@ -125,6 +134,7 @@ class StatusWriter:
         memory: Memory,
         *,
         write: Write,
+        write_closing: Write | None = None,
         each: Each,
         now: Callable[[], datetime],
         instance: str,
@@ -136,6 +146,7 @@ class StatusWriter:
         self._cache = cache
         self._memory = memory
         self._write = write
+        self._write_closing = write_closing or write
         self._each = each
         self._now = now
         self._instance = instance
@@ -145,12 +156,15 @@ class StatusWriter:
         self._queued: dict[tuple[str, str], SetStatus] = {}
         self._final: dict[tuple[str, str], SetStatus] = {}
         self._writing: dict[tuple[str, str], SetStatus] = {}
+        #: ``Scheduled`` statuses, for the closing task.
+        self._closing: dict[tuple[str, str], SetStatus] = {}
         #: Events of final statuses written, recorded after the open statuses queued.
         self._events: list[tuple[PodRef, Event]] = []
         #: Status writes dropped or undone because the pod had moved on (tests, logs).
         self.dropped = 0
-        #: The writer task, while it runs (None before the first status).
+        #: The writer tasks, while they run (None before the first status).
         self.task: asyncio.Task[None] | None = None
+        self.closing_task: asyncio.Task[None] | None = None
 
     def queue(self, changes: Sequence[SetStatus]) -> None:
         """Hand status writes to the writer task: the latest per pod wins, and one equal
@@ -160,14 +174,35 @@ class StatusWriter:
             writing = self._writing.get(key)
             if writing is not None and change.status.same_state(writing.status):
                 continue
+            for waiting in (self._queued, self._final, self._closing):
+                waiting.pop(key, None)
             if change.status.phase in TRACKED_PHASES:
-                self._final.pop(key, None)
                 self._queued[key] = change
+            elif change.status.phase == Phase.SCHEDULED and key not in self._writing:
+                self._closing[key] = change
             else:
-                self._queued.pop(key, None)
                 self._final[key] = change
-        if (self._queued or self._final) and (self.task is None or self.task.done()):
+        self._start()
+
+    def _start(self) -> None:
+        """Start the writer tasks that have work and are not running."""
+        if (self._queued or self._final or self._events) and (
+            self.task is None or self.task.done()
+        ):
             self.task = asyncio.create_task(self._write_all(), name="status-writer")
+        if self._closing and (self.closing_task is None or self.closing_task.done()):
+            self.closing_task = asyncio.create_task(self._close_all(), name="closing-writer")
+
+    async def _close_all(self) -> None:
+        """Write every ``Scheduled`` queued, until none is left; a pod whose other write
+        is in flight meanwhile is left to the rate-limited writer, after that write."""
+        while self._closing:
+            batch, self._closing = self._closing, {}
+            for key in [k for k in batch if k in self._writing]:
+                self._final[key] = batch.pop(key)
+            await self._write_batch(batch, closing=True)
+            self._start()
+        self._poke()
 
     async def _write_all(self) -> None:
         """Rounds until nothing is queued, each: every final status queued, then up to
@@ -182,20 +217,29 @@ class StatusWriter:
             await self._each(lambda item: self._event(*item), events)
         self._poke()  # written statuses may settle decisions: plan again
 
-    async def _write_batch(self, batch: dict[tuple[str, str], SetStatus]) -> None:
+    async def _write_batch(
+        self, batch: dict[tuple[str, str], SetStatus], *, closing: bool = False
+    ) -> None:
         if not batch:
             return
         self._writing.update(batch)
         try:
-            await self._each(self._set_status, list(batch.values()))
+            act = self._set_closing if closing else self._set_status
+            await self._each(act, list(batch.values()))
         finally:
             for key in batch:
                 self._writing.pop(key, None)
 
     async def flush(self) -> None:
         """Wait until every queued status is written (tests and shutdown)."""
-        while self.task is not None and not self.task.done():
-            await asyncio.shield(self.task)
+        while True:
+            running = [t for t in (self.task, self.closing_task) if t is not None and not t.done()]
+            if not running:
+                return
+            await asyncio.shield(asyncio.gather(*running, return_exceptions=True))
+
+    async def _set_closing(self, change: SetStatus) -> bool:
+        return await self._set_status(change, closing=True)
 
     def _moved_on(self, change: SetStatus) -> str | None:
         """Why ``change`` no longer holds for its pod as the cache shows it now (None:
@@ -212,7 +256,7 @@ class StatusWriter:
             return f"its status {shown.phase} was decided on a newer version of it"
         return None
 
-    async def _set_status(self, change: SetStatus) -> bool:
+    async def _set_status(self, change: SetStatus, *, closing: bool = False) -> bool:
         ref = change.ref
         why = self._moved_on(change)
         if why is not None:
@@ -225,8 +269,9 @@ class StatusWriter:
         annotations = {ANNOTATION_SCALE_UP: status.to_annotation()}
         if change.retry is not None:
             annotations[ANNOTATION_RETRY] = change.retry.to_annotation()
+        write = self._write_closing if closing else self._write
         try:
-            obj = await self._write(
+            obj = await write(
                 Lane.STATUS, self._kube.annotate_pod(ref.namespace, ref.name, annotations)
             )
         except KubeError as e:
@@ -265,9 +310,12 @@ class StatusWriter:
         )
         if change.event is not None:
             if change.status.phase in TRACKED_PHASES:
+                if self._cache.current(Kind.PENDING_PODS, (ref.namespace, ref.name)) is None:
+                    return True  # bound (or deleted) since the write: no open Event now
                 await self._event(ref, change.event)
             else:
                 self._events.append((ref, change.event))
+                self._start()
         return True
 
     async def _event(self, ref: PodRef, event: Event) -> None:

@@ -243,3 +243,28 @@ async def test_changes_that_waited_behind_creates_are_not_debounced_again() -> N
     await controller.reconcile_once()  # nothing in the cache; it answers every change
     assert controller._waiting_since is None
     assert await settle_under_a_stream_of_changes() >= 1.4
+
+
+async def test_scheduled_statuses_never_wait_behind_the_report_rate_limit() -> None:
+    """Six open statuses queued at 2 writes a second would hold a seventh write for 2 s;
+    a pod that got its node is told Scheduled at once, through slots of its own."""
+    kube = StuckStatusKube()
+    kube.release.set()
+    config = ControllerConfig(concurrency=8, report_writes_per_second=2)
+    controller = Controller(cast(Kube, kube), config)
+    pending(controller, *(f"p{i}" for i in range(6)))
+    told = ScaleUpStatus("Triggered", "m", "t")
+    writer = controller.executor.reports
+    writer.queue([SetStatus(PodRef("ml", f"p{i}"), told, None) for i in range(6)])
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert sum(c.startswith("annotate") for c in kube.calls) == 2  # the rate limit holds
+    done = ScaleUpStatus("Scheduled", "scheduled on node n1", None, "c1", "n1")
+    writer.queue([SetStatus(PodRef("ml", "bound"), done, None)])
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert "annotate bound" in kube.calls
+    assert sum(c.startswith("annotate") for c in kube.calls) == 3  # the others still wait
+    assert writer.task is not None
+    writer.task.cancel()
+    await asyncio.gather(writer.task, return_exceptions=True)
