@@ -4,12 +4,11 @@ Reads Kubernetes manifests (several YAML or JSON documents per file) and, for ev
 template in them, runs the webhook's own inference (`intent.inference.infer`, pure) and
 reports what the webhook would write and why. No cluster is contacted.
 
-Pod templates are found generically, so workload kinds gpu-intent has never heard of work
-too: a Pod itself, and any object below a manifest's top level that has ``spec.containers``
-(``spec.template`` of a Deployment, StatefulSet, DaemonSet, ReplicaSet or Job;
-``spec.jobTemplate.spec.template`` of a CronJob; ``workerGroupSpecs[*].template`` of a
-RayCluster; ``*ReplicaSpecs.<role>.template`` of Kubeflow jobs; ``leaderTemplate`` and
-``workerTemplate`` of a LeaderWorkerSet; a ``List``'s items).
+Pod templates are found through a table (`gpu_intent.kinds.KINDS`): kind -> where its
+templates sit (paths with ``[]`` and ``*`` wildcards) and their shape (a pod template, a
+PodSpec, an Argo template, a KServe component, KAITO's instance type, a Trainer v2
+TrainJob's ``resourcesPerNode``). A kind not in the table is said so, with the kinds it
+knows; a ``List``'s items are read as top-level objects.
 
 DRA: a pod template's ``spec.resourceClaims`` are resolved against the ResourceClaims and
 ResourceClaimTemplates (``resource.k8s.io``, any served version) of the same input, by
@@ -30,8 +29,16 @@ from typing import Any, Final
 
 import yaml
 
-from intent.catalog import Catalog
-from intent.contract import ANNOTATION_SOURCE, ANNOTATION_VERSION, DOMAIN, Intent, IntentError
+from gpu_intent import kinds
+from intent.catalog import Catalog, default_catalog
+from intent.contract import (
+    ANNOTATION_SOURCE,
+    ANNOTATION_VERSION,
+    DOMAIN,
+    Intent,
+    IntentError,
+    Source,
+)
 from intent.dra import ClaimSource, claim_spec, pod_claims
 from intent.inference import Reason, infer
 
@@ -47,8 +54,6 @@ __all__ = [
     "render_text",
 ]
 
-#: Subtrees never searched for pod templates (they hold none, and can be large).
-_SKIP: Final = frozenset({"metadata", "status"})
 _SUFFIXES: Final = (".yaml", ".yml", ".json")
 
 
@@ -74,6 +79,10 @@ class Template:
             ``generateName*`` when only that is set, ``?`` when neither is).
         path: where the template sits in the object (``spec.template``), ``""`` for a Pod.
         pod: the template as a pod: ``{"metadata": ..., "spec": ...}``.
+        hints: models the workload names outside the pod (`intent.inference.infer`'s
+            ``model_hints``: a RayService's ``accelerator_type``).
+        error: why no pod could be read there (a kind explain does not know, a KAITO
+            instance type not in the catalog), else ``""``.
     """
 
     document: Document
@@ -82,6 +91,8 @@ class Template:
     name: str
     path: str
     pod: Mapping[str, Any]
+    hints: tuple[tuple[Source, str], ...] = ()
+    error: str = ""
 
     @property
     def title(self) -> str:
@@ -97,8 +108,10 @@ class Explanation:
     Attributes:
         status: ``annotated`` (it would write ``annotations``), ``not-gpu`` (it asks for no
             GPU), ``already-annotated`` (it carries ``gpu-intent.io/intent-version``: the
-            webhook leaves it, the controller reads ``annotations``) or ``error`` (the
-            webhook would let it through with ``error`` as warning and no intent).
+            webhook leaves it, the controller reads ``annotations``), ``error`` (the
+            webhook would let it through with ``error`` as warning and no intent) or
+            ``unknown-kind`` (explain does not know where the kind's pod templates sit;
+            ``error`` lists the kinds it knows).
         annotations: the intent annotations, keys under ``gpu-intent.io/``.
     """
 
@@ -118,27 +131,12 @@ def _name(metadata: Mapping[str, Any]) -> str:
     return f"{generate}*" if isinstance(generate, str) and generate else "?"
 
 
-def _is_template(node: Mapping[str, Any]) -> bool:
-    spec = node.get("spec")
-    return isinstance(spec, Mapping) and isinstance(spec.get("containers"), list)
-
-
-def _walk(node: object, path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    if isinstance(node, Mapping):
-        if path and _is_template(node):
-            yield path, node
-            return
-        for key, value in node.items():
-            if key not in _SKIP and isinstance(value, Mapping | list):
-                yield from _walk(value, f"{path}.{key}" if path else str(key))
-    elif isinstance(node, list):
-        for i, item in enumerate(node):
-            yield from _walk(item, f"{path}[{i}]")
-
-
-def find_templates(document: Document) -> list[Template]:
-    """The pod templates of one document (see the module docstring), in document order.
-    A ``List``'s items count as top-level objects. Non-objects yield nothing."""
+def find_templates(document: Document, catalog: Catalog | None = None) -> list[Template]:
+    """The pod templates of one document, found through `KINDS` (see `gpu_intent.kinds`),
+    in table order. A ``List``'s items count as top-level objects; a kind without pod
+    templates (`NO_TEMPLATES`) yields nothing; a kind the table does not know yields one
+    template of shape ``unknown`` whose `Template.error` lists the kinds it knows.
+    Non-objects yield nothing. ``catalog`` (default the built-in) reads KAITO instance types."""
     body = document.body
     if not isinstance(body, Mapping):
         return []
@@ -146,20 +144,17 @@ def find_templates(document: Document) -> list[Template]:
         return [
             t
             for item in body["items"]
-            for t in find_templates(Document(document.file, document.index, item))
+            for t in find_templates(Document(document.file, document.index, item), catalog)
         ]
     metadata = body.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
     kind = str(body.get("kind") or "?")
     namespace = metadata.get("namespace")
     namespace = namespace if isinstance(namespace, str) else ""
-
-    def template(path: str, pod: Mapping[str, Any]) -> Template:
-        return Template(document, kind, namespace, _name(metadata), path, pod)
-
-    if kind == "Pod" and _is_template(body):
-        return [template("", body)]
-    return [template(path, node) for path, node in _walk(body, "")]
+    return [
+        Template(document, kind, namespace, _name(metadata), t.path, t.pod, t.hints, t.error)
+        for t in kinds.templates(body, catalog or default_catalog())
+    ]
 
 
 _CLAIM_KINDS: Final = ("ResourceClaim", "ResourceClaimTemplate")
@@ -216,6 +211,9 @@ def resolve_claims(
 
 
 def _explain_one(template: Template, catalog: Catalog | None, claims: ClaimIndex) -> Explanation:
+    if template.error:
+        status = "unknown-kind" if not template.path and not template.pod else "error"
+        return Explanation(template, status, error=template.error)
     metadata = template.pod.get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
     if isinstance(annotations, Mapping) and ANNOTATION_VERSION in annotations:
@@ -231,7 +229,7 @@ def _explain_one(template: Template, catalog: Catalog | None, claims: ClaimIndex
         return Explanation(template, "already-annotated", mine, (reason,))
     try:
         claimed = resolve_claims(template.pod, template.namespace, claims)
-        inference = infer(template.pod, catalog, claims=claimed)
+        inference = infer(template.pod, catalog, claims=claimed, model_hints=template.hints)
     except IntentError as e:
         return Explanation(template, "error", error=f"cannot infer GPU intent: {e}")
     if inference.intent is None:
@@ -251,7 +249,7 @@ def explain(documents: Iterable[Document], catalog: Catalog | None = None) -> li
     ResourceClaimTemplates among ``documents``. Pure: a function of its arguments."""
     documents = list(documents)
     claims = claim_index(d.body for d in documents)
-    return [_explain_one(t, catalog, claims) for d in documents for t in find_templates(d)]
+    return [_explain_one(t, catalog, claims) for d in documents for t in find_templates(d, catalog)]
 
 
 def _load(text: str, file: str) -> list[Document]:
@@ -332,6 +330,8 @@ def render_text(explanations: Sequence[Explanation]) -> str:
             lines.append(f"  {_STATUS[e.status]}")
         if e.status == "error":
             lines.append(f"  error: {e.error} (the webhook lets the pod through without an intent)")
+        if e.status == "unknown-kind":
+            lines.append(f"  {e.error}")
         if e.status == "already-annotated":
             lines += [f"  {k}: {v}" for k, v in sorted(e.annotations.items())]
         for r in e.reasons:

@@ -45,6 +45,10 @@ _DASHES: Final = re.compile(r"-{2,}")
 #: (NVIDIA/gpu-feature-discovery README, e.g. ``NVIDIA-A100-SXM4-40GB-MIG-1g.5gb``).
 _MIG: Final = re.compile(r"^(?P<base>.+)-mig-(?P<slices>\d+)g\.(?P<gb>\d+)gb$")
 _MEMORY_TOKEN: Final = re.compile(r"-(\d{1,4})gb-")
+#: Where an Alibaba ECS type's family ends: ``ecs.gn7i-c8g1.2xlarge``, ``ecs.ebmgn7e.32xlarge``.
+_ECS_FAMILY: Final = re.compile(r"ecs\.[a-z0-9]{1,40}")
+#: A MIG profile as mig-parted names it: ``<compute slices>g.<GB>gb``.
+_PROFILE: Final = re.compile(r"\d{1,2}g\.\d{1,4}gb")
 #: Remembered lookups per catalog; past this many distinct spellings the memo starts over.
 _MEMO_LIMIT: Final = 4096
 
@@ -68,6 +72,9 @@ class Gpu:
             when unknown (AMD).
         architecture: the DRA ``gpu.nvidia.com`` ``architecture`` attribute (``"Ampere"``),
             or None when unknown.
+        mig_profiles: the MIG profiles (``1g.5gb``) this variant can be partitioned into
+            (NVIDIA/mig-parted ``deployments/systemd/config-default.yaml``), empty when not
+            MIG-capable or not listed.
     """
 
     id: str
@@ -77,6 +84,7 @@ class Gpu:
     mig_slices: int | None = None
     product_names: tuple[str, ...] = ()
     architecture: str | None = None
+    mig_profiles: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """``a100 80 GB (nvidia)``: model, nominal GB and vendor, for explanations."""
@@ -138,7 +146,10 @@ class Catalog:
     Build one with `load_catalog`; it is read-only afterwards except for its lookup memo.
     """
 
-    __slots__ = ("_by_model", "_families", "_instance_types", "_memo", "_names", "_spellings", "gpus")
+    __slots__ = (
+        "_by_model", "_families", "_instance_types", "_memo", "_mig_parents", "_names",
+        "_spellings", "gpus",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -163,6 +174,16 @@ class Catalog:
         self._instance_types = {k.lower(): v for k, v in instance_types.items()}
         self._families = {k.lower(): v for k, v in families.items()}
         self._memo: dict[str, GpuMatch | None] = {}
+        parents: dict[str, list[Gpu]] = {}
+        for gpu in self.gpus.values():
+            for profile in gpu.mig_profiles:
+                parents.setdefault(profile, []).append(gpu)
+        self._mig_parents = {p: tuple(v) for p, v in parents.items()}
+
+    def mig_parents(self, profile: str) -> tuple[Gpu, ...]:
+        """The variants MIG profile ``profile`` (``1g.5gb``) exists on, in catalog order
+        (empty when none lists it)."""
+        return self._mig_parents.get(profile.strip().lower(), ())
 
     @property
     def models(self) -> frozenset[str]:
@@ -227,12 +248,20 @@ class Catalog:
 
     def instance_type(self, raw: str) -> InstanceGpus | None:
         """The GPUs of instance type ``raw`` (``p4d.24xlarge``, ``Standard_ND96asr_v4``,
-        ``a2-highgpu-1g``, case-insensitive), else of its family: the part before the
-        first dot (``GN7.2XLARGE32`` -> TKE ``GN7``; ``g6e.metal`` -> AWS ``g6e``). None
-        for a type the catalog does not list (a CPU type, say)."""
+        ``a2-highgpu-1g``, ``BM.GPU.H100.8``, ``gpu_8x_h100_sxm5``, case-insensitive), else
+        of its family: the part before the first dot (``GN7.2XLARGE32`` -> TKE ``GN7``;
+        ``g6e.metal`` -> AWS ``g6e``), for Alibaba ECS the ``ecs.<family>`` before the
+        first ``-`` or the size (``ecs.gn6i-c4g1.xlarge`` -> ``ecs.gn6i``). SageMaker's
+        ``ml.`` prefix is dropped (``ml.p4d.24xlarge`` is a p4d.24xlarge: AWS SageMaker
+        instance types). None for a type the catalog does not list (a CPU type, say)."""
         key = raw.strip().lower()
+        if key.startswith("ml.") and key not in self._instance_types:
+            key = key[3:]  # SageMaker / HyperPod: ``ml.`` + the EC2 type
         found = self._instance_types.get(key)
-        if found is None and "." in key:
+        if found is None and key.startswith("ecs."):  # ecs.gn6i-c4g1.xlarge -> ecs.gn6i
+            family = _ECS_FAMILY.match(key)
+            found = self._families.get(family[0]) if family else None
+        elif found is None and "." in key:
             found = self._families.get(key.split(".", 1)[0])
         return found
 
@@ -294,12 +323,17 @@ def _gpu(gpu_id: str, raw: object, where: str) -> tuple[Gpu, list[str]]:
     architecture = entry.get("architecture")
     if architecture is not None and (not isinstance(architecture, str) or not architecture.strip()):
         raise _fail(where, f"{field}.architecture", f"must be a non-empty string, got {architecture!r}")
+    profiles = entry.get("mig_profiles") or []
+    if not isinstance(profiles, list) or not all(isinstance(p, str) and _PROFILE.fullmatch(p) for p in profiles):
+        raise _fail(where, f"{field}.mig_profiles", "must be a list of MIG profiles such as 1g.5gb")
     unknown = set(entry) - {
         "model", "vendor", "memory_mib", "mig_slices", "aliases", "product_names", "architecture",
+        "mig_profiles",
     }  # fmt: skip
     if unknown:
         raise _fail(where, field, f"unknown fields {', '.join(sorted(map(str, unknown)))}")
-    gpu = Gpu(str(gpu_id), model, str(vendor), memory, slices, tuple(products), architecture)
+    gpu = Gpu(str(gpu_id), model, str(vendor), memory, slices, tuple(products), architecture,
+              tuple(profiles))  # fmt: skip
     return gpu, list(aliases)
 
 

@@ -26,10 +26,13 @@ defaults to 1) or ``All``; clients must refuse unknown modes (so: `IntentError`)
 - ``allocationMode: All`` takes every matching device of one node: read as the fewest GPUs
   a node of the chosen model has among the catalog's instance types (1 when unknown).
 - ``firstAvailable``: the first alternative ``can_serve`` accepts (or the first).
-- MIG (class kind ``mig``, or a selector on the ``profile`` attribute): a node must exist
-  before it is partitioned, so the demand is whole GPUs of the parent model:
-  ``ceil(count x compute slices of the profile / slices per GPU)`` when the profile is
-  known, else one GPU per device.
+- MIG (class kind ``mig``, or a selector on the ``profile`` attribute): the demand is the
+  share of the parent model's GPU the devices take, ``count x compute slices of the
+  profile / slices per GPU`` when the profile is known (four ``1g.5gb`` are 4/7 of one
+  A100, as for the MIG resources of `intent.sharing`), else one GPU per device. A
+  ``constraints[].matchAttribute: gpu.nvidia.com/parentUUID`` puts them on one parent GPU
+  (NVIDIA/k8s-dra-driver-gpu ``demo/specs/quickstart/v1/gpu-test4.yaml``): the shares are
+  of that GPU, and a sum over one GPU is a warning.
 - The model and GPU memory come from the CEL selectors, evaluated with celpy (cel-python)
   against one synthetic device per catalog variant and DRA product name, shaped as the
   NVIDIA DRA driver publishes them (NVIDIA/k8s-dra-driver-gpu
@@ -45,7 +48,6 @@ defaults to 1) or ``All``; clients must refuse unknown modes (so: `IntentError`)
 from __future__ import annotations
 
 import functools
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -137,7 +139,8 @@ class ClaimDemand:
 
     Attributes:
         name: the claim's name (`ClaimSource.name`).
-        gpus: whole GPUs, >= 1, summed over the claim's requests.
+        gpus: GPUs summed over the claim's requests: whole GPUs, or for MIG devices of a
+            known profile their share of the parent GPU (four ``1g.5gb`` are 4/7 of an A100).
         model: canonical catalog model (``a100``) when the selectors pin one, else None.
         gpu_memory_mib: MiB per GPU the selectors ask for (the least among the matching
             variants when a selector constrains memory), else None. None for MIG.
@@ -149,7 +152,7 @@ class ClaimDemand:
     """
 
     name: str
-    gpus: int
+    gpus: Decimal
     model: str | None
     gpu_memory_mib: int | None
     mig: bool
@@ -425,6 +428,8 @@ def _devices(catalog: Catalog, vendor: str, kind: str, profiles: tuple[str, ...]
     for gpu in catalog.gpus.values():
         if gpu.vendor != vendor or (kind == "mig" and not gpu.mig_slices):
             continue
+        if vendor == "nvidia" and not gpu.product_names:
+            continue  # no name the driver would publish: not a device a selector can see
         products: tuple[str | None, ...] = gpu.product_names or (None,)
         variants: list[tuple[str | None, int]] = [(None, gpu.memory_mib)]
         if kind == "mig" and profiles:
@@ -461,7 +466,7 @@ class _Ask:
 class _Reading:
     """What one GPU `_Ask` asks for."""
 
-    gpus: int
+    gpus: Decimal
     model: str | None
     gpu_id: str | None
     memory_mib: int | None
@@ -557,14 +562,14 @@ def _read(ask: _Ask, claim: str, catalog: Catalog, can_serve: CanServe | None,
         warnings.append(short(
             f"{say} All read as {count} GPU(s) (fewest {where}); set gpu-intent.io/gpus for more"
         ))
-    gpus = count
+    gpus = Decimal(count)
     if mig and not ask.all:  # All: every GPU of the node, partitioned or not
         shared = {d.profile for d in matched}
         profile = next(iter(shared)) if len(shared) == 1 else None
         m = _PROFILE.fullmatch(profile) if profile else None
         if m is not None and matched:
-            gpus = max(math.ceil(count * int(m[1]) / (d.gpu.mig_slices or 1)) for d in matched)
-            how += f"; MIG {profile}: {count} x {m[1]}/{matched[0].gpu.mig_slices} of a GPU, rounded up"
+            gpus = max(Decimal(count * int(m[1])) / (d.gpu.mig_slices or 1) for d in matched)
+            how += f"; MIG {profile}: {count} x {m[1]}/{matched[0].gpu.mig_slices} of a GPU"
         else:
             how += "; MIG devices of unknown profile: one whole GPU each"
     if not evaluated:
@@ -675,7 +680,7 @@ def claim_demand(
     ]  # fmt: skip
     if not readings:
         return None
-    gpus = sum(r.gpus for r in readings)
+    gpus = sum((r.gpus for r in readings), Decimal(0))
     if gpus > MAX_GPUS:
         raise IntentError(f"claim {claim} asks for {gpus} GPUs, more than {MAX_GPUS}")
     named = [r for r in readings if r.model is not None]
@@ -684,6 +689,13 @@ def claim_demand(
         if first is not None and other.model != first.model:
             warnings.append(short(
                 f"dra: claim {claim} names {first.model} and {other.model}; kept {first.model}"
+            ))
+    why = f"claim {claim}: " + "; ".join(r.why for r in readings)
+    if _one_parent(devices) and any(r.mig for r in readings):
+        why += "; all on one parent GPU (matchAttribute gpu.nvidia.com/parentUUID)"
+        if gpus > 1:
+            warnings.append(short(
+                f"dra: claim {claim} puts {gpus.normalize()} GPUs of MIG devices on one parent GPU"
             ))
     memories = [r.memory_mib for r in readings if r.memory_mib is not None]
     return ClaimDemand(
@@ -695,5 +707,22 @@ def claim_demand(
         warnings=tuple(dict.fromkeys(warnings)),
         vendor=readings[0].vendor,
         gpu_id=first.gpu_id if first else None,
-        why=f"claim {claim}: " + "; ".join(r.why for r in readings),
+        why=why,
     )
+
+
+#: The attribute a constraint names to put a claim's MIG devices on one GPU (NVIDIA/
+#: k8s-dra-driver-gpu demo/specs/quickstart/v1/gpu-test4.yaml: ``matchAttribute:
+#: "gpu.nvidia.com/parentUUID"``; cmd/gpu-kubelet-plugin/mig.go publishes ``parentUUID``).
+PARENT_ATTRIBUTE: Final = "gpu.nvidia.com/parentUUID"
+
+
+def _one_parent(devices: Mapping[str, Any]) -> bool:
+    """Whether ``spec.devices.constraints`` puts the claim's devices on one parent GPU (a
+    ``matchAttribute`` on `PARENT_ATTRIBUTE`). Their MIG shares are then of that one GPU,
+    which is what the summed fractions already say; a sum over one is warned about."""
+    constraints = devices.get("constraints")
+    if not isinstance(constraints, list):
+        return False
+    return any(isinstance(c, Mapping) and c.get("matchAttribute") == PARENT_ATTRIBUTE
+               for c in constraints[:MAX_POD_CLAIMS])  # fmt: skip

@@ -53,7 +53,10 @@ __all__ = [
 #: plain-cluster ``accelerator`` convention; EKS Auto Mode's ``eks.amazonaws.com/
 #: instance-gpu-name``, same values as Karpenter AWS (AWS EKS user guide, "Create a Node
 #: Pool for EKS Auto Mode", supported labels); AMD's node labeller ``amd.com/
-#: gpu.product-name`` and its legacy ``beta.`` key (ROCm/k8s-device-plugin)).
+#: gpu.product-name`` and its legacy ``beta.`` key (ROCm/k8s-device-plugin); Alibaba ACK's
+#: ``aliyun.accelerator/nvidia_name`` (``Tesla-V100-SXM2-32GB``: help.aliyun.com ACK "enable
+#: scheduling"); CoreWeave's ``gpu.nvidia.com/class`` (``A100_NVLINK_80GB``; CoreWeave node
+#: types docs) and CKS's ``gpu.nvidia.com/model`` (docs/sources/ecosystem.md B6, B7)).
 MODEL_LABELS: Final = (
     AWS_GPU_NAME_LABEL,
     "eks.amazonaws.com/instance-gpu-name",
@@ -61,6 +64,9 @@ MODEL_LABELS: Final = (
     "karpenter.k8s.gcp/instance-gpu-name",
     "karpenter.k8s.alicloud/instance-gpu-name",
     "cloud.google.com/gke-accelerator",
+    "aliyun.accelerator/nvidia_name",
+    "gpu.nvidia.com/class",
+    "gpu.nvidia.com/model",
     NVIDIA_GPU_PRODUCT_LABEL,
     "amd.com/gpu.product-name",
     "beta.amd.com/gpu.product-name",
@@ -69,11 +75,14 @@ MODEL_LABELS: Final = (
 #: Well-known instance type labels (kubernetes.io, "Well-Known Labels"): the catalog says
 #: which GPUs each type has (TKE: by family, the part before the dot).
 INSTANCE_TYPE_LABELS: Final = (INSTANCE_TYPE_LABEL, INSTANCE_TYPE_BETA_LABEL)
-#: Instance family labels: Karpenter AWS, EKS Auto Mode, Karpenter TKE (REFERENCE §2).
+#: Instance family labels: Karpenter AWS, EKS Auto Mode, Karpenter TKE (REFERENCE §2),
+#: Alibaba's ``node.kubernetes.io/instance-family`` (``ecs.gn7i``: AliyunContainerService/
+#: karpenter-provider-alibabacloud pkg/apis/v1alpha1/labels.go).
 FAMILY_LABELS: Final = (
     AWS_INSTANCE_FAMILY_LABEL,
     "eks.amazonaws.com/instance-family",
     "karpenter.k8s.tke/instance-family",
+    "node.kubernetes.io/instance-family",
 )
 #: Node label key -> (group, place in its group, kind): the order `model_sources` reads
 #: them in (GPU-name labels, instance types, families).
@@ -368,9 +377,12 @@ def model_sources(
     catalog: Catalog,
     warnings: list[str],
     dra: Sequence[tuple[Source, Named]] = (),
+    hints: Sequence[tuple[Source, str]] = (),
 ) -> list[ModelSource]:
     """Every source naming GPUs, in precedence order (see the module docstring); ``dra``
-    the models DRA claims name, as ``(token, name)``, read after the node constraints."""
+    the models DRA claims (and MIG resources) name, as ``(token, name)``, read after the
+    node constraints; ``hints`` model names a workload states outside its pod template
+    (``gpu-intent explain``: a RayService's ``accelerator_type``), read after those."""
     sources: list[ModelSource] = []
 
     def add(token: Source, raws: list[str], kind: str = "label") -> None:
@@ -401,6 +413,8 @@ def model_sources(
         add(token, raws, kind)
     for token, named in dra:
         sources.append(ModelSource(token, [named]))
+    for token, hint in hints:
+        add(token, bounded([hint], str(token), warnings))
     for key, source in _ANNOTATION_MODELS:
         raw = annotations.get(key)
         if isinstance(raw, str):

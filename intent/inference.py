@@ -371,6 +371,7 @@ def infer(
     device_classes: Mapping[str, tuple[str, str]] = DEVICE_CLASSES,
     can_serve: CanServe | None = None,
     budget: Budget | None = None,
+    model_hints: Sequence[tuple[Source, str]] = (),
 ) -> Inference:
     """Infer the GPU intent of ``pod``, a Pod as a JSON object (AdmissionReview
     ``request.object``, or a pod template with ``metadata`` and ``spec``), with the
@@ -394,7 +395,9 @@ def infer(
     matched to ``spec.resourceClaims[]`` by entry name), None when the caller cannot read
     them (the webhook): see "DRA" in the module docstring. ``device_classes`` and
     ``can_serve`` go to `intent.dra.claim_demand` (extra GPU device classes; which
-    ``(model, vendor)`` the cluster can make nodes for).
+    ``(model, vendor)`` the cluster can make nodes for). ``model_hints`` are models the
+    workload names outside the pod (``gpu-intent explain``: a RayService's
+    ``serveConfigV2`` ``accelerator_type``), a model source after the node constraints.
 
     The work is linear in the pod and bounded: lists are read up to `MAX_LIST_ENTRIES`
     entries, `MAX_EXPRESSIONS` affinity expressions and `MAX_CONTAINERS` containers, each
@@ -419,7 +422,7 @@ def infer(
 
     check = budget.check if budget is not None else _unbounded
     user_gpus = _user_gpus(annotations, warnings)
-    demand, rules = read_demand(spec, labels, annotations, warnings, explain=reasons)
+    demand, rules = read_demand(spec, labels, annotations, warnings, explain=reasons, catalog=catalog)
     dra_demand, dra_models = _dra(pod, claims, catalog, warnings, device_classes, can_serve)
     check("demand")
     if dra_demand is not None:
@@ -434,9 +437,11 @@ def infer(
     gpus = _gpus(user_gpus, demand, rules, warnings)
     memory = _memory(annotations, demand, dra_demand is not None, warnings)
     constraints = read_constraints(spec, warnings)
+    if demand is not None and demand.gpu_ids:
+        dra_models = [*dra_models, *_requested_models(demand, catalog)]
     sources = model_sources(
         _user(annotations, ANNOTATION_MODEL, warnings), constraints, annotations, catalog, warnings,
-        dra_models,
+        dra_models, model_hints,
     )
     choice = choose_model(
         sources, model_deny(constraints, annotations, catalog, warnings), memory.value, warnings, reasons
@@ -444,6 +449,7 @@ def infer(
     check("model")
     if user_gpus is None:
         gpus = _mig_share(gpus, choice.named, demand)
+        gpus = _memory_share(gpus, choice.named, demand)
     _check_model(gpus.value, choice.named, demand, warnings)
     pool = _pool(_user(annotations, ANNOTATION_POOL, warnings), constraints, annotations, warnings)
     named = choice.named
@@ -528,6 +534,36 @@ def _mig_share(gpus: _Part, named: Named | None, demand: Demand | None) -> _Part
         (*gpus.tokens, Source("mig", named.match.mig)),
         gpus.why + f"; each is a MIG {named.match.mig} slice, {named.match.mig_slices}/{total} of"
         " a GPU (NVIDIA MIG user guide)",
+    )
+
+
+def _requested_models(demand: Demand, catalog: Catalog) -> list[tuple[Source, Named]]:
+    """The GPU variants a request names itself (the parents of a MIG profile resource, all
+    of one model), as one model source: a `Named` per variant, with the profile."""
+    slices = int(demand.mig.split("g.", 1)[0]) if demand.mig else None
+    token = demand.source[0]
+    return [
+        (token, Named(GpuMatch(catalog.gpus[i].model, catalog.gpus[i], "mig resource", demand.mig,
+                               slices), token.key))
+        for i in demand.gpu_ids if i in catalog.gpus
+    ]  # fmt: skip
+
+
+def _memory_share(gpus: _Part, named: Named | None, demand: Demand | None) -> _Part:
+    """A sharing layer's memory-only request (`Demand.memory_share_of` devices) as the share
+    of the chosen variant's memory it asks for, at most one GPU per device (gpushare-
+    scheduler-extender docs/userguide.md: "3 GiB indicates one third of the GPU" of a
+    card whose memory is 9 GiB... a share of a GPU is its memory over the GPU's)."""
+    if demand is None or demand.memory_share_of is None or not demand.gpu_memory_mib \
+            or named is None or named.match.gpu is None:  # fmt: skip
+        return gpus
+    total = Decimal(named.match.gpu.memory_mib)
+    share = min(Decimal(1), Decimal(demand.gpu_memory_mib) / total)
+    value = gpus.value - demand.memory_share_of + demand.memory_share_of * share
+    return _Part(
+        value, gpus.tokens,
+        gpus.why + f"; memory only: {demand.gpu_memory_mib} of the {named.match.gpu.id}'s "
+        f"{named.match.gpu.memory_mib} MiB per device",
     )
 
 

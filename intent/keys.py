@@ -73,6 +73,42 @@ DO_NOT_DISRUPT_ANNOTATION: Final = f"{KARPENTER_GROUP}/do-not-disrupt"
 AWS_GPU_NAME_LABEL: Final = "karpenter.k8s.aws/instance-gpu-name"
 AWS_GPU_MEMORY_LABEL: Final = "karpenter.k8s.aws/instance-gpu-memory"
 AWS_INSTANCE_FAMILY_LABEL: Final = "karpenter.k8s.aws/instance-family"
+#: The GPU manufacturer (``nvidia``) and GPUs per instance.
+AWS_GPU_MANUFACTURER_LABEL: Final = "karpenter.k8s.aws/instance-gpu-manufacturer"
+AWS_GPU_COUNT_LABEL: Final = "karpenter.k8s.aws/instance-gpu-count"
+
+# -- Karpenter Azure provider (Azure/karpenter-provider-azure pkg/apis/v1beta1/labels.go,
+# -- Group ``karpenter.azure.com``; docs/sources/placement.md section 2.2) --------------------
+
+#: The VM size's accelerator type parsed from its name (``T4``, ``A100``: upper case), GPU
+#: manufacturer (``nvidia``/``amd``) and GPUs per VM. There is no GPU memory label.
+AZURE_GPU_NAME_LABEL: Final = "karpenter.azure.com/sku-gpu-name"
+AZURE_GPU_MANUFACTURER_LABEL: Final = "karpenter.azure.com/sku-gpu-manufacturer"
+AZURE_GPU_COUNT_LABEL: Final = "karpenter.azure.com/sku-gpu-count"
+#: The VM size (``Standard_NC4as_T4_v3``) and its family letter (``N``).
+AZURE_SKU_NAME_LABEL: Final = "karpenter.azure.com/sku-name"
+AZURE_SKU_FAMILY_LABEL: Final = "karpenter.azure.com/sku-family"
+
+# -- Karpenter GCP provider (cloudpilot-ai/karpenter-provider-gcp pkg/apis/v1alpha1/labels.go,
+# -- Group ``karpenter.k8s.gcp``; docs/sources/placement.md section 2.3) ----------------------
+
+#: The GCE accelerator type of the machine type (``nvidia-tesla-a100``, ``nvidia-l4``) and
+#: GPUs per machine. The provider registers ``-gpu-manufacturer`` and ``-gpu-memory`` too
+#: but only ever sets them ``DoesNotExist`` (pkg/providers/instancetype/types.go).
+GCP_GPU_NAME_LABEL: Final = "karpenter.k8s.gcp/instance-gpu-name"
+GCP_GPU_COUNT_LABEL: Final = "karpenter.k8s.gcp/instance-gpu-count"
+GCP_INSTANCE_FAMILY_LABEL: Final = "karpenter.k8s.gcp/instance-family"
+#: GKE's accelerator label, which the provider sets to the same value as the GPU name
+#: (``LabelGKEAccelerator``, read by the NVIDIA device plugin DaemonSet's node affinity).
+GKE_ACCELERATOR_LABEL: Final = "cloud.google.com/gke-accelerator"
+
+# -- Karpenter TKE provider (TencentCloud/karpenter-provider-tke pkg/apis/v1beta1/labels.go,
+# -- Group ``karpenter.k8s.tke``; docs/sources/placement.md section 2.4) ----------------------
+
+#: The CVM instance family (``GN7``, ``S5``), vCPUs and memory (GB). TKE has no GPU label.
+TKE_INSTANCE_FAMILY_LABEL: Final = "karpenter.k8s.tke/instance-family"
+TKE_INSTANCE_CPU_LABEL: Final = "karpenter.k8s.tke/instance-cpu"
+TKE_INSTANCE_MEMORY_LABEL: Final = "karpenter.k8s.tke/instance-memory-gb"
 
 # -- NVIDIA GPU Feature Discovery (NVIDIA/k8s-device-plugin, gpu-feature-discovery) --------
 

@@ -135,22 +135,46 @@ def test_all_of_an_open_model_is_one_gpu(catalog: Catalog) -> None:
     assert "All read as 1 GPU(s) (fewest per node: model unknown)" in got.warnings[0]
 
 
-def test_mig_with_a_known_profile_is_its_share_of_parent_gpus_rounded_up(catalog: Catalog) -> None:
-    # 3g.20gb exists on the 40 GB A100 only (4 of its 8 memory slices); 3 x 3/7 -> 2 GPUs
+def test_mig_with_a_known_profile_is_its_share_of_the_parent_gpu(catalog: Catalog) -> None:
+    # 3g.20gb exists on the 40 GB A100 only (4 of its 8 memory slices); 3 x 3/7 of an A100
     got = demand(catalog, exactly("mig.nvidia.com", f'{PROFILE} == "3g.20gb"', count=3))
-    assert (got.gpus, got.model, got.gpu_id, got.mig, got.gpu_memory_mib) == (2, "a100", "a100-40gb", True, None)
+    assert (got.gpus, got.model, got.gpu_id, got.mig, got.gpu_memory_mib) == (
+        Decimal(9) / 7, "a100", "a100-40gb", True, None)  # fmt: skip
     assert "MIG 3g.20gb: 3 x 3/7 of a GPU" in got.why
 
 
-def test_mig_one_slice_is_one_gpu(catalog: Catalog) -> None:
+def test_mig_one_slice_is_a_seventh_of_a_gpu(catalog: Catalog) -> None:
     got = demand(catalog, exactly("mig.nvidia.com", f'{PROFILE} == "1g.5gb"'))
-    assert (got.gpus, got.model, got.gpu_id) == (1, "a100", "a100-40gb")
+    assert (got.gpus, got.model, got.gpu_id) == (Decimal(1) / 7, "a100", "a100-40gb")
+
+
+def test_mig_slices_constrained_to_one_parent_are_a_share_of_that_gpu(catalog: Catalog) -> None:
+    """NVIDIA/k8s-dra-driver-gpu demo/specs/quickstart/v1/gpu-test4.yaml: 2 x 1g.5gb, a 2g.10gb
+    and a 3g.20gb on one parent (matchAttribute parentUUID): the whole of one A100 40 GB."""
+    spec = {"devices": {
+        "requests": [
+            {"name": f"mig-{p}-{i}", "exactly": {"deviceClassName": "mig.nvidia.com", "selectors": [
+                {"cel": {"expression": f"device.attributes['gpu.nvidia.com'].profile == '{p}'"}}]}}
+            for i, p in enumerate(("1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"))
+        ],
+        "constraints": [{"requests": [], "matchAttribute": "gpu.nvidia.com/parentUUID"}],
+    }}  # fmt: skip
+    got = claim_demand(ClaimSource("mig", "mig", spec), catalog=catalog)
+    assert got is not None
+    assert (got.gpus, got.model, got.mig, got.warnings) == (1, "a100", True, ())
+    assert "one parent GPU" in got.why
+    four = {"devices": {"requests": [{"name": "m", "exactly": {
+        "deviceClassName": "mig.nvidia.com", "count": 4,
+        "selectors": [{"cel": {"expression": f'{PROFILE} == "1g.5gb"'}}]}}],
+        "constraints": [{"matchAttribute": "gpu.nvidia.com/parentUUID"}]}}  # fmt: skip
+    got = claim_demand(ClaimSource("m", "m", four), catalog=catalog)
+    assert got is not None and (got.gpus, got.model) == (Decimal(4) / 7, "a100")
 
 
 def test_mig_profile_on_several_models_leaves_the_model_open(catalog: Catalog) -> None:
     got = demand(catalog, exactly("mig.nvidia.com", f'{PROFILE} == "3g.40gb"', count=7))
     assert got.model is None  # A100 80 GB and H100
-    assert got.gpus == 3  # ceil(7 x 3 / 7)
+    assert got.gpus == 3  # 7 x 3 / 7
     assert got.warnings == ("dra: claim c request gpu: selectors match a100,h100; model left open",)
 
 
