@@ -27,11 +27,13 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from decimal import Decimal
 
+from controller import placement
 from controller.model import GroupKey, PendingPod, PodRef, TriggerInfo, parse_time
 from controller.nodes import NodeClaimInfo, NodeInfo, NodePoolInfo, node_label_value
 from controller.packing import gpu_need, largest_need_first
 from controller.triggers import LINKED_REASON
 from intent.contract import Phase
+from intent.providers import ProviderProfile, model_requirements, requirements_admit
 
 
 def cover_holds(
@@ -170,24 +172,24 @@ def claim_hosts(
     claim: NodeClaimInfo,
     key: GroupKey,
     pod: PendingPod,
-    gpu_name_label: str,
-    gpu_memory_label: str,
+    profile: ProviderProfile,
 ) -> bool:
     """Whether ``pod`` of group ``key`` can run on ``claim``'s node: its pool, the
-    group's model (``gpu_name_label``), GPU memory (``gpu_memory_label``, MiB) and copied
-    selector, and the pod's own node selector and required node affinity, checked
+    group's model and GPU memory as the provider expresses them
+    (`intent.providers.model_requirements` on ``profile``: AWS's GPU name and memory
+    labels, TKE's instance family, ...) and copied selector, and the pod's own node
+    selector and required node affinity, checked
     against the NodeClaim's labels (a key the NodeClaim does not carry is taken as
-    satisfiable, as `controller.pools.unmet_constraint` does)."""
+    satisfiable, as `controller.pools.unmet_constraint` does); and, strictly, the
+    group's placement (`controller.placement.labels_meet`): a HAMi pod is never placed
+    on a node without HAMi's label, where HAMi's device plugin does not run."""
     if claim.pool != key.pool:
         return False
-    if key.model and not claim.admits(gpu_name_label, key.model):
+    if not placement.labels_meet(key.placement, claim.labels):
         return False
-    if key.min_memory_mib:
-        try:
-            if int(claim.labels.get(gpu_memory_label, "0")) < key.min_memory_mib:
-                return False
-        except ValueError:
-            return False
+    gpu = model_requirements(profile, key.model, key.min_memory_mib)
+    if not requirements_admit(gpu, claim.admits, claim.labels):
+        return False
     if not all(claim.admits(k, v) for k, v in (*key.selector, *pod.node_selector)):
         return False
     return not pod.affinity_terms or any(
@@ -201,8 +203,7 @@ def place_on_free(
     key: GroupKey,
     free: dict[str, Decimal],
     claims: Mapping[str, NodeClaimInfo],
-    gpu_name_label: str,
-    gpu_memory_label: str,
+    profile: ProviderProfile,
 ) -> tuple[list[PendingPod], list[tuple[PendingPod, NodeClaimInfo]]]:
     """Place the group's pods on the free GPUs of `fresh` NodeClaims (``free``, from
     `held_covers`; consumed here): largest need first (`controller.packing.gpu_need`),
@@ -215,8 +216,7 @@ def place_on_free(
             (
                 n
                 for n in sorted(free)
-                if free[n] >= need
-                and claim_hosts(claims[n], key, pod, gpu_name_label, gpu_memory_label)
+                if free[n] >= need and claim_hosts(claims[n], key, pod, profile)
             ),
             None,
         )

@@ -22,6 +22,7 @@ from controller.model import (
     TriggerInfo,
 )
 from controller.nodes import NodeClaimInfo, NodeInfo, NodePoolInfo, Nomination, Refusal
+from controller.placement import Placements
 from controller.triggers import TriggerSettings
 
 
@@ -51,6 +52,9 @@ class PlanConfig:
             timeout; Karpenter has none for initialization).
         cooldown_seconds: after a trigger no pod needed is removed, its group gets no new
             trigger for this long (stops flapping when pods come and go).
+        placement: where each GPU-sharing layer's pods can run
+            (`controller.placement.Placements`, the layers' own defaults): a pod's trigger
+            asks for such a node, and only NodePools that make one serve it.
     """
 
     trigger: TriggerSettings = field(default_factory=TriggerSettings)
@@ -65,6 +69,7 @@ class PlanConfig:
     retry_attempts: int = 3
     init_timeout_seconds: float = 1200.0
     cooldown_seconds: float = 10.0
+    placement: Placements = field(default_factory=Placements)
 
 
 @dataclass(frozen=True, slots=True)

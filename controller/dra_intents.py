@@ -21,6 +21,7 @@ from intent.catalog import Catalog
 from intent.contract import ANNOTATION_SOURCE
 from intent.kube import Kube, KubeError
 from intent.logs import about
+from intent.providers import ProviderProfile, pool_admits_model
 from intent.retry import retrying
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,8 @@ class DraIntents:
     Args:
         kube: the API adapter.
         cache: the informer cache (what is read, and told what was written).
-        gpu_name_label: the node label carrying the GPU model (which pools can serve).
+        profile: the Karpenter provider's profile: how a pool admits a GPU model (which
+            pools can serve, `intent.providers.pool_admits_model`).
         write: one API write through the executor's slots
             (`controller.executor.Executor.write`).
         each: acts on every intent, a few at a time (`controller.executor.Executor.each`).
@@ -77,7 +79,7 @@ class DraIntents:
         self,
         kube: Kube,
         cache: InformerCache,
-        gpu_name_label: str,
+        profile: ProviderProfile,
         *,
         write: Callable[[Lane, Awaitable[Any]], Awaitable[Any]],
         each: Callable[[Callable[[Any], Awaitable[Any]], Sequence[Any]], Awaitable[None]],
@@ -86,7 +88,7 @@ class DraIntents:
         self._kube = kube
         self._cache = cache
         self._catalog = catalog
-        self._label = gpu_name_label
+        self._profile = profile
         self._write = write
         self._each = each
         #: The cache versions the last recording saw, and the pods whose ResourceClaims
@@ -105,11 +107,12 @@ class DraIntents:
             return
         self._seen = seen
         pools = [p for p in cache.nodepools().values() if p.ready and p.makes_gpus()]
-        label = self._label
+        profile = self._profile
 
         def can_serve(pool: str | None, model: str | None, vendor: str | None) -> bool:
             return any(
-                (pool is None or p.name == pool) and (model is None or p.admits(label, model))
+                (pool is None or p.name == pool)
+                and (model is None or pool_admits_model(profile, p.admits, model))
                 for p in pools
             )
 

@@ -52,7 +52,7 @@ from controller.model import (
 )
 from controller.nodes import NodeClaimInfo, NodeInfo, NodePoolInfo, Nomination, Refusal
 from controller.plan import partition, plan, time_sensitive
-from controller.pools import PoolKey, pool_key
+from controller.pools import PoolKey, pool_key, unplaced_layer
 from controller.snapshot import used
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,8 @@ class Pass:
     phases: Mapping[str, int]
     replanned: int
     whole: bool
+    #: Pending pods no NodePool can place, by sharing layer (`unplaced_layer`).
+    unplaceable: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 class IncrementalPlanner:
@@ -115,6 +117,11 @@ class IncrementalPlanner:
         self._trigger_part: dict[Key, Part] = {}
         #: A pod's partition by what `resolve_pool` reads of it (cleared with the pools).
         self._part_of: dict[PoolKey, Part] = {}
+        #: The same for the layer whose placement no NodePool meets (`unplaced_layer`),
+        #: and the pods counted by layer.
+        self._layer_of: dict[PoolKey, str] = {}
+        self._pod_layer: dict[Key, str] = {}
+        self._unplaced: Counter[str] = Counter()
         self._phases: Counter[str] = Counter()
         self._live = 0  # triggers not being deleted
         self._seen: tuple[int, ...] | None = None  # shared input versions last read
@@ -207,7 +214,9 @@ class IncrementalPlanner:
         )
         if self._coupled or split or competed or capacity:
             whole = self.snapshot(now, scheduled)
-            return Pass(plan(whole, self._config), dict(self._phases), replanned, True)
+            return Pass(
+                plan(whole, self._config), dict(self._phases), replanned, True, +self._unplaced
+            )
         if scheduled:
             scheduled_only = self._snapshot((), (), now, scheduled, self._live)
             results.append(plan(scheduled_only, self._config))
@@ -220,7 +229,7 @@ class IncrementalPlanner:
             chain.from_iterable(p.triggers.values() for p in self._parts.values()),
         )
         merged = _merge(results, tuple(LabelNode(node, value) for node, value in labels))
-        return Pass(merged, dict(self._phases), replanned, False)
+        return Pass(merged, dict(self._phases), replanned, False, +self._unplaced)
 
     def _memos(self) -> Iterable[_Memo]:
         return (p.memo for p in self._parts.values() if p.memo is not None)
@@ -295,6 +304,7 @@ class IncrementalPlanner:
                 self._pools = pools
                 self._pool_keys = pool_label_keys(pools)
                 self._part_of.clear()
+                self._layer_of.clear()
                 shared = reparse = True
         if seen[1] != before[1] or seen[7] != before[7]:
             self._claims = cache.nodeclaims()
@@ -372,6 +382,11 @@ class IncrementalPlanner:
             name = self._part_of.get(where) or self._part_of.setdefault(
                 where, partition(pod, self._pools, self._config)
             )
+            if (layer := self._layer_of.get(where)) is None:
+                layer = self._layer_of[where] = unplaced_layer(pod, self._pools, self._config)
+            if layer:
+                self._pod_layer[key] = layer
+                self._unplaced[layer] += 1
         part = self._parts.setdefault(name, _Partition())
         part.pods[key] = pod
         part.version += 1
@@ -382,6 +397,8 @@ class IncrementalPlanner:
 
     def _remove_pod(self, key: Key) -> None:
         self._pod_rv.pop(key, None)
+        if layer := self._pod_layer.pop(key, None):
+            self._unplaced[layer] -= 1
         name = self._pod_part.pop(key, None)
         if name is None:
             return

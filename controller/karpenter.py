@@ -68,6 +68,7 @@ WELL_KNOWN_LABEL_PREFIXES: tuple[str, ...] = (
     "karpenter.azure.com/",
     "karpenter.k8s.gcp/",
     "karpenter.k8s.alicloud/",
+    "karpenter.k8s.tke/",
 )
 
 #: Label keys a trigger must never copy: Karpenter ignores pods that constrain them

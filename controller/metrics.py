@@ -27,6 +27,7 @@ from prometheus_client import (
 )
 
 from controller.model import TRIGGER_MARKER_KEY
+from controller.placement import LAYERS
 from intent.contract import Phase
 
 #: Karpenter's NodeClaim conditions in the order a NodeClaim passes them (karpenter
@@ -74,7 +75,12 @@ class ControllerMetrics:
     - ``gpu_intent_reconcile_seconds`` (histogram, seconds): one plan-and-apply pass,
       writes included;
     - ``gpu_intent_plan_seconds`` (histogram, seconds): the deciding part of a pass;
-    - ``gpu_intent_triggers_created_total{nodepool}``: trigger pods created.
+    - ``gpu_intent_triggers_created_total{nodepool}``: trigger pods created;
+    - ``gpu_intent_unplaceable_pods{layer}`` (gauge): pending pods of a GPU-sharing
+      layer that no NodePool can place, because none makes nodes with the labels the
+      layer runs on (`controller.placement`; the pods are told ``Unresolvable``, with a
+      Warning Event naming the label and the ``--placement`` setting), each layer
+      exported at 0 from the start.
 
     Status writer (`controller.reports.StatusWriter`) and reconciler:
 
@@ -175,6 +181,14 @@ class ControllerMetrics:
         )
         for result in SCALE_UP_RESULTS:
             self.scale_ups.labels(result)  # exported at 0 from the start: a rate has both sides
+        self.unplaceable = Gauge(
+            "gpu_intent_unplaceable_pods",
+            "Pending pods of a GPU-sharing layer no NodePool can place (none makes nodes with "
+            "the labels the layer runs on, --placement), by layer.",
+            ["layer"],
+            registry=registry,
+        )
+        self.set_unplaceable({})
         self._add_watch_metrics(registry)
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
@@ -228,6 +242,11 @@ class ControllerMetrics:
         """One failed API call (`intent.kube.ApiErrorCounter`, how the `intent.kube.Kube`
         adapter counts): ``gpu_intent_api_errors_total{verb,code}``."""
         self.api_errors.labels(verb, str(code)).inc()
+
+    def set_unplaceable(self, by_layer: Mapping[str, int]) -> None:
+        """Set ``gpu_intent_unplaceable_pods`` to ``by_layer`` (0 for the layers absent)."""
+        for layer in LAYERS:
+            self.unplaceable.labels(layer).set(by_layer.get(layer, 0))
 
     def record_scale_up(self, phase: str | None) -> None:
         """Count the end of a pod's scale-up: ``phase`` is the status just written

@@ -46,6 +46,8 @@ ANNOTATION_NODECLAIM = f"{DOMAIN}/nodeclaim"
 ANNOTATION_SERVES = f"{DOMAIN}/serves"
 #: Trigger pod annotation with the group's copied node selector, as JSON.
 ANNOTATION_SELECTOR = f"{DOMAIN}/selector"
+#: Trigger pod annotation with the group's placement (`controller.placement`), as JSON.
+ANNOTATION_PLACEMENT = f"{DOMAIN}/placement"
 #: Node label key of the *marker* each trigger carries in its required node affinity:
 #: ``gpu-intent.io/trigger-name NotIn [<trigger name>]``. No node has this label, so the
 #: term never restricts where the trigger fits (Karpenter allows ``NotIn`` on keys no
@@ -362,31 +364,36 @@ class TriggerInfo:
     binding: bool = True
     min_memory_mib: int = 0
     condition_reason: str | None = None
+    placement: tuple[Requirement, ...] = ()
 
     @property
     def group(self) -> GroupKey:
-        return GroupKey(self.pool, self.model, self.selector, self.min_memory_mib)
+        return GroupKey(self.pool, self.model, self.selector, self.min_memory_mib, self.placement)
 
 
 @dataclass(frozen=True, slots=True)
 class GroupKey:
-    """Pods whose GPUs may be bought together: same NodePool, model, copied selector and,
-    for pods that name no model, the GPU memory they need (MiB per GPU, 0: none)."""
+    """Pods whose GPUs may be bought together: same NodePool, model, copied selector, the
+    GPU memory they need (MiB per GPU, 0: none) and their sharing layer's placement
+    (`controller.placement`: where its nodes must be)."""
 
     pool: str
     model: str | None
     selector: tuple[tuple[str, str], ...] = ()
     min_memory_mib: int = 0
+    placement: tuple[Requirement, ...] = ()
 
-    def sort_key(self) -> tuple[str, str, tuple[tuple[str, str], ...], int]:
+    def sort_key(self) -> tuple[str, str, tuple[tuple[str, str], ...], int, tuple[Any, ...]]:
         """A total order (a model-less group sorts first; None and str do not compare)."""
-        return (self.pool, self.model or "", self.selector, self.min_memory_mib)
+        where = tuple((r.key, r.operator, r.values) for r in self.placement)
+        return (self.pool, self.model or "", self.selector, self.min_memory_mib, where)
 
     def __str__(self) -> str:
         parts = [f"pool={self.pool}", f"model={self.model or 'any'}"]
         if self.min_memory_mib:
             parts.append(f"gpu-memory>={self.min_memory_mib}Mi")
         parts += [f"{k}={v}" for k, v in self.selector]
+        parts += [f"{r.key} {r.operator} {list(r.values)}" for r in self.placement]
         return ",".join(parts)
 
 
@@ -743,6 +750,7 @@ def parse_trigger(obj: Mapping[str, Any]) -> TriggerInfo | None:
         gpus = int(annotations.get(ANNOTATION_GPUS, ""))
         selector_raw = json.loads(annotations.get(ANNOTATION_SELECTOR) or "{}")
         min_memory = int(annotations.get(ANNOTATION_GPU_MEMORY) or 0)
+        placement = parse_requirements(json.loads(annotations.get(ANNOTATION_PLACEMENT) or "[]"))
     except ValueError:
         return None
     if not pool or gpus <= 0 or not isinstance(selector_raw, dict):
@@ -771,6 +779,7 @@ def parse_trigger(obj: Mapping[str, Any]) -> TriggerInfo | None:
             ),
             None,
         ),
+        placement=placement,
     )
 
 

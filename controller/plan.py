@@ -208,9 +208,23 @@ def _classify(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> dict[str, 
         ):
             work.tell(pod, statuses.retrying(pod.ref, retry, config.retry_attempts, work.stamp))
             continue
-        memory = pod.intent.gpu_memory_mib if pod.intent.model is None else None
-        work.groups[GroupKey(pool.name, pod.intent.model, pod.selector, memory or 0)].append(pod)
+        work.groups[_group_key(pod, pool, config)].append(pod)
     return free
+
+
+def _group_key(pod: PendingPod, pool: NodePoolInfo, config: PlanConfig) -> GroupKey:
+    """The group of ``pod`` (served by ``pool``): its pool, model, copied selector, the
+    GPU memory its GPUs need and its sharing layer's placement (``config.placement``).
+    The memory: for a pod that names no model, what it asks; for one that names a model
+    variant (``model_memory_mib``, the 80 GB A100), that variant's, so the trigger asks
+    ``gpu_memory_label Gt memory-1`` and Karpenter cannot pick the 40 GB one (no memory
+    when the provider has no memory label)."""
+    intent = pod.intent
+    memory = intent.gpu_memory_mib if intent.model is None else intent.model_memory_mib
+    if not config.trigger.profile.expresses_memory:
+        memory = None
+    placed = config.placement.for_intent(intent)
+    return GroupKey(pool.name, intent.model, pod.selector, memory or 0, placed)
 
 
 def _place_on_free(
@@ -227,8 +241,7 @@ def _place_on_free(
                 key,
                 free,
                 snapshot.nodeclaims,
-                config.trigger.gpu_name_label,
-                config.trigger.gpu_memory_label,
+                config.trigger.profile,
             )
             for pod, host in placed:
                 work.tell(pod, statuses.free_gpus(host, work.stamp))

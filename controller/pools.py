@@ -5,33 +5,77 @@ selector and required node affinity against what the pool's nodes will carry).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
-from controller import karpenter
+from controller import karpenter, placement
 from controller.decisions import PlanConfig
 from controller.model import PendingPod, Requirement, Toleration, untolerated_taint
 from controller.nodes import NodePoolInfo
+from intent.providers import pool_admits_model
 
 #: What `resolve_pool` reads of a pod (`pool_key`): its intent's pool, model and GPU
-#: memory, and its tolerations.
-PoolKey = tuple[str | None, str | None, int | None, tuple[Toleration, ...]]
+#: memory, its tolerations and its sharing layers (`controller.placement.layers_of`).
+PoolKey = tuple[str | None, str | None, int | None, tuple[Toleration, ...], tuple[str, ...]]
 
 
 def pool_key(pod: PendingPod) -> PoolKey:
     """Everything `resolve_pool` reads of ``pod``: pods with equal keys resolve to the same
     pool (the planner and `controller.incremental` cache the resolution by it). Pure."""
     intent = pod.intent
-    return (intent.pool, intent.model, intent.gpu_memory_mib, pod.tolerations)
+    layers = placement.layers_of(intent)
+    return (intent.pool, intent.model, intent.gpu_memory_mib, pod.tolerations, layers)
 
 
 def resolve_pool(
+    pod: PendingPod, pools: Mapping[str, NodePoolInfo], config: PlanConfig
+) -> tuple[NodePoolInfo | None, str]:
+    """The NodePool a pod's trigger should target (`_resolve_any`), among the pools that
+    make nodes where the pod's GPU-sharing layer runs (`controller.placement.unmet`
+    against ``config.placement``), and a message when there is none. When only a pool
+    that makes no such node would do, there is none, and the message names the label
+    and value that no NodePool puts on its nodes and what to set
+    (`controller.placement.unplaceable`): buying that node would not run the pod."""
+    needs = config.placement.for_intent(pod.intent)
+    if not needs:
+        return _resolve_any(pod, pools, config)
+    fit = {name: p for name, p in pools.items() if placement.unmet(needs, p) is None}
+    pool, why = _resolve_any(pod, fit, config)
+    if pool is None and config.default_nodepool and config.default_nodepool not in fit:
+        # The default pool cannot place the layer: an intent that states GPU memory
+        # takes the first GPU pool that can (its trigger asks for that memory).
+        anywhere = dataclasses.replace(config, default_nodepool=None)
+        if (other := _resolve_any(pod, fit, anywhere)[0]) is not None:
+            pool, why = other, ""
+    if pool is None and len(fit) < len(pools):
+        other, _ = _resolve_any(pod, pools, config)
+        if other is not None:
+            return None, placement.unplaceable(pod.intent, config.placement, other)
+    return pool, why
+
+
+def unplaced_layer(pod: PendingPod, pools: Mapping[str, NodePoolInfo], config: PlanConfig) -> str:
+    """The sharing layer (`controller.placement.LAYERS`) whose placement alone keeps
+    ``pod`` from a NodePool (`resolve_pool` finds none, though one would serve it but for
+    the placement), ``""`` otherwise: the ``gpu_intent_unplaceable_pods`` gauge."""
+    if not config.placement.for_intent(pod.intent) or resolve_pool(pod, pools, config)[0]:
+        return ""
+    other, _ = _resolve_any(pod, pools, config)
+    if other is None:
+        return ""
+    return placement.unplaceable_layer(pod.intent, config.placement, other)
+
+
+def _resolve_any(
     pod: PendingPod, pools: Mapping[str, NodePoolInfo], config: PlanConfig
 ) -> tuple[NodePoolInfo | None, str]:
     """The NodePool a pod's trigger should target, and a message when there is none.
 
     Order: the pool the intent names if it exists, is Ready and admits the model; for a
     model, the Ready pools that explicitly admit it (requirement ``In`` or template
-    label on the GPU model label), else GPU pools that do not exclude it, by weight then
+    label on the provider's model label, `intent.providers.ProviderProfile.model_label`,
+    admitting one of the model's values: on TKE an instance family holding that GPU,
+    `intent.providers.pool_admits_model`), else GPU pools that do not exclude it, by weight then
     name (Karpenter picks the highest weight among matching pools); without a model, the
     configured default pool, or for an intent that states GPU memory the first GPU pool
     (its trigger then asks for that much GPU memory, so Karpenter picks the cheapest
@@ -42,7 +86,13 @@ def resolve_pool(
     before. A pod that tolerates none of the pools that would do gets no pool, and the
     message names the taint.
     """
-    label = config.trigger.gpu_name_label
+    profile = config.trigger.profile
+    label = profile.model_label
+
+    def offers(pool: NodePoolInfo, model: str) -> bool:
+        # the provider's model values (TKE: a family holding that GPU), `intent.providers`
+        return pool_admits_model(profile, pool.admits, model)
+
     model = pod.intent.model
     ready = sorted((p for p in pools.values() if p.ready), key=lambda p: (-p.weight, p.name))
 
@@ -58,7 +108,7 @@ def resolve_pool(
         return untolerated_taint(pod.tolerations, pool.taints) is None
 
     named = pools.get(pod.intent.pool or "")
-    if named is not None and named.ready and (model is None or named.admits(label, model)):
+    if named is not None and named.ready and (model is None or offers(named, model)):
         return (named, "") if tolerated(named) else (None, refused(named))
     if model is None:
         default = pools.get(config.default_nodepool or "")
@@ -75,8 +125,8 @@ def resolve_pool(
                 f"default NodePool {config.default_nodepool!r} does not exist or is not Ready",
             )
         return None, "the intent names no GPU model and no default NodePool is configured"
-    explicit = [p for p in ready if p.admits(label, model) and label in p.label_keys()]
-    implicit = [p for p in ready if p.admits(label, model) and p.makes_gpus()]
+    explicit = [p for p in ready if offers(p, model) and label in p.label_keys()]
+    implicit = [p for p in ready if offers(p, model) and p.makes_gpus()]
     if not (explicit or implicit):
         return None, f"no Ready NodePool offers GPU model {model!r} ({label})"
     for candidates in (explicit, implicit):

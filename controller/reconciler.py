@@ -221,7 +221,7 @@ class Controller:
         self._dra_intents = DraIntents(
             kube,
             self.cache,
-            config.plan.trigger.gpu_name_label,
+            config.plan.trigger.profile,
             write=self.executor.write,
             each=self.executor.each,
             catalog=config.catalog,
@@ -491,6 +491,7 @@ class Controller:
             self._reader = asyncio.create_task(self.read_left(), name="read-left")
         self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
         self._observe(done.phases, decided)
+        self.metrics.set_unplaceable(done.unplaceable)
         self.passes_done += 1
         return decided
 

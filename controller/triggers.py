@@ -28,8 +28,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from controller import placement
 from controller.karpenter import is_copyable_label
 from controller.model import (
+    ANNOTATION_PLACEMENT,
     ANNOTATION_SELECTOR,
     ANNOTATION_SERVES,
     NODE_LABEL,
@@ -51,12 +53,11 @@ from intent.contract import (
     TRIGGER_LABEL_VALUE,
 )
 from intent.keys import (
-    AWS_GPU_MEMORY_LABEL,
-    AWS_GPU_NAME_LABEL,
     NVIDIA_GPU,
     POD_SCHEDULED,
     UNSCHEDULABLE,
 )
+from intent.providers import AWS, ProviderProfile, model_requirements
 from intent.quantity import parse_quantity
 
 #: HAMi's webhook skips pods with this label; without it HAMi would rewrite the trigger
@@ -75,10 +76,17 @@ class TriggerSettings:
     Attributes:
         namespace: where triggers live (the controller's own namespace).
         image: the container image; pause does nothing and is tiny.
-        gpu_name_label: the node label carrying the canonical GPU model
-            (``karpenter.k8s.aws/instance-gpu-name`` on AWS; REFERENCE.md section 2).
-        gpu_memory_label: the node label carrying MiB of memory per GPU, for pods that
-            name memory but no model (``karpenter.k8s.aws/instance-gpu-memory`` on AWS).
+        provider: the Karpenter provider's profile (`intent.providers`): which node
+            labels express a GPU model and memory (AWS ``karpenter.k8s.aws/instance-gpu-name``
+            ``t4``, Azure ``karpenter.azure.com/sku-gpu-name`` ``T4``, GCP
+            ``karpenter.k8s.gcp/instance-gpu-name`` ``nvidia-tesla-t4``, TKE
+            ``karpenter.k8s.tke/instance-family In [GN7, ...]``; REFERENCE.md section 2).
+        gpu_name_label: overrides the provider's GPU model label, whose values are then
+            the canonical model (``t4``); None: the provider's.
+        gpu_memory_label: overrides the provider's label carrying MiB of memory per GPU,
+            for pods that name memory but no model; None: the provider's (AWS
+            ``karpenter.k8s.aws/instance-gpu-memory``; the others have none and select
+            the instance types, accelerators or families whose GPU has that memory).
         cpu: least CPU request per trigger (a quantity); a trigger asks for the CPU of
             the pods it stands for when that is more.
         memory: least memory request per trigger (a quantity), likewise.
@@ -105,13 +113,19 @@ class TriggerSettings:
 
     namespace: str = "gpu-intent-system"
     image: str = "registry.k8s.io/pause:3.10"
-    gpu_name_label: str = AWS_GPU_NAME_LABEL
-    gpu_memory_label: str = AWS_GPU_MEMORY_LABEL
+    provider: ProviderProfile = AWS
+    gpu_name_label: str | None = None
+    gpu_memory_label: str | None = None
     cpu: str = "10m"
     memory: str = "16Mi"
     priority_class: str | None = None
     binding: bool = False
     deadline_seconds: int = 1800
+
+    @property
+    def profile(self) -> ProviderProfile:
+        """The provider's profile with the label overrides applied."""
+        return self.provider.with_labels(self.gpu_name_label, self.gpu_memory_label)
 
     @property
     def min_cpu_millis(self) -> int:
@@ -245,14 +259,18 @@ def trigger_pod(
     ownership labels (`intent.contract.TRIGGER_LABEL`, ``app.kubernetes.io/managed-by``)
     plus ``hami.io/webhook: ignore``; annotations recording pool, model, GPUs, the copied
     selector and the pods served; ``nodeSelector`` with ``karpenter.sh/nodepool``, the
-    model label when the group has a model, and the group's copied selector entries;
+    model label when the group has a model and the provider says it with one value
+    (`_gpu_terms`), and the group's copied selector entries;
     required node affinity with one term: the marker ``gpu-intent.io/trigger-name NotIn
     [name]`` (`controller.model.TRIGGER_MARKER_KEY`: it names this trigger in the
     requirements of the NodeClaim Karpenter buys for it) and, for a group with
-    ``min_memory_mib``, ``<gpu_memory_label> Gt min-1`` (and the annotation
-    ``gpu-intent.io/gpu-memory``), and ``gpu-intent.io/node DoesNotExist``
+    ``min_memory_mib``, that memory as the provider expresses it (AWS
+    ``<gpu_memory_label> Gt min-1``; the annotation ``gpu-intent.io/gpu-memory``), a model
+    said by several values (TKE's instance families), and ``gpu-intent.io/node DoesNotExist``
     (`controller.model.NODE_LABEL`: nodes its pods' scheduler already refused carry it,
-    see `controller.capacity.nodes_to_label`);
+    see `controller.capacity.nodes_to_label`); the group's sharing-layer placement, as
+    ``nodeSelector`` entries and affinity expressions Karpenter resolves for the pool
+    (`controller.placement.trigger_terms`; annotation ``gpu-intent.io/placement``);
     tolerations for the pool's taints; a pod and a container ``securityContext`` that
     pass the restricted Pod Security Standard, no service account token,
     ``terminationGracePeriodSeconds: 0``, ``activeDeadlineSeconds``
@@ -284,7 +302,7 @@ def trigger_pod(
         spec["priorityClassName"] = settings.priority_class
     if not settings.binding:
         spec["schedulerName"] = NON_BINDING_SCHEDULER
-    spec["affinity"] = _required_affinity(group, name, settings)
+    spec["affinity"] = _required_affinity(group, name, settings, pool)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -308,11 +326,32 @@ def _node_selector(
     """A trigger's ``nodeSelector``: its NodePool, its model when the group has one, and
     the group's copied selector entries (`copyable_selector`)."""
     node_selector: dict[str, str] = {NODEPOOL_LABEL: group.pool}
-    if group.model:
-        node_selector[settings.gpu_name_label] = group.model
+    node_selector.update(_gpu_terms(group, settings)[0])
+    # The sharing layer's placement: entries Karpenter resolves for the pool
+    # (`controller.placement.trigger_terms`; the rest goes into the affinity).
+    for key, value in placement.trigger_terms(group.placement, pool)[0].items():
+        node_selector.setdefault(key, value)
     copied = copyable_selector(group.selector, pool, reserved=node_selector)
     node_selector.update(copied)
     return node_selector
+
+
+def _gpu_terms(
+    group: GroupKey, settings: TriggerSettings
+) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """How a trigger selects its group's GPU model and memory on the provider
+    (`intent.providers.model_requirements`): requirements ``In`` one value as
+    ``nodeSelector`` entries (AWS ``instance-gpu-name: t4``, Azure ``sku-gpu-name: T4``),
+    the others (``Gt`` a memory, TKE's ``instance-family In [GI3X, GN7]``) as affinity
+    expressions."""
+    selector: dict[str, str] = {}
+    expressions: list[dict[str, Any]] = []
+    for r in model_requirements(settings.profile, group.model, group.min_memory_mib):
+        if r["operator"] == "In" and len(r["values"]) == 1 and r["key"] not in selector:
+            selector[r["key"]] = r["values"][0]
+        else:
+            expressions.append(dict(r))
+    return selector, expressions
 
 
 def _annotations(group: GroupKey, gpus: int, serves: Sequence[PodRef]) -> dict[str, str]:
@@ -333,6 +372,8 @@ def _annotations(group: GroupKey, gpus: int, serves: Sequence[PodRef]) -> dict[s
         annotations[ANNOTATION_MODEL] = group.model
     if group.min_memory_mib:
         annotations[ANNOTATION_GPU_MEMORY] = str(group.min_memory_mib)
+    if group.placement:
+        annotations[ANNOTATION_PLACEMENT] = placement.to_annotation(group.placement)
     return annotations
 
 
@@ -362,9 +403,13 @@ def _pause_container(
     }
 
 
-def _required_affinity(group: GroupKey, name: str, settings: TriggerSettings) -> dict[str, Any]:
+def _required_affinity(
+    group: GroupKey, name: str, settings: TriggerSettings, pool: NodePoolInfo
+) -> dict[str, Any]:
     """A trigger's required node affinity: one term with its marker, the exclusion of
-    labelled nodes and, for a group with ``min_memory_mib``, the GPU memory it needs."""
+    labelled nodes, for a group with ``min_memory_mib`` the GPU memory it needs, and the
+    placement requirements a node selector cannot say
+    (`controller.placement.trigger_terms`)."""
     expressions: list[dict[str, Any]] = [
         {"key": TRIGGER_MARKER_KEY, "operator": "NotIn", "values": [name]}
     ]
@@ -373,16 +418,11 @@ def _required_affinity(group: GroupKey, name: str, settings: TriggerSettings) ->
     # nodes: bench.faults). Karpenter accepts DoesNotExist on a key no NodePool defines
     # (Requirements.Compatible, pkg/scheduling/requirements.go).
     expressions.append({"key": NODE_LABEL, "operator": "DoesNotExist"})
-    if group.min_memory_mib:
-        # Gt needs node affinity (a nodeSelector only says equals): Karpenter then picks
-        # the cheapest instance type whose GPUs have at least that much memory.
-        expressions.append(
-            {
-                "key": settings.gpu_memory_label,
-                "operator": "Gt",
-                "values": [str(group.min_memory_mib - 1)],
-            }
-        )
+    # The model (when more than one value says it) and the GPU memory: Gt and In of
+    # several values need node affinity (a nodeSelector only says equals); Karpenter then
+    # picks the cheapest instance type whose GPUs have at least that much memory.
+    expressions += _gpu_terms(group, settings)[1]
+    expressions += placement.trigger_terms(group.placement, pool)[1]
     return {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {

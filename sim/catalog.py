@@ -26,7 +26,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Final
 
-from sim.requirements import AWS_INSTANCE_LABELS, Requirement, Requirements, from_labels
+from sim.requirements import (
+    AWS_INSTANCE_LABELS,
+    INSTANCE_LABELS,
+    Requirement,
+    Requirements,
+    from_labels,
+)
 
 __all__ = [
     "AWS_INSTANCE_LABELS",
@@ -84,11 +90,26 @@ class InstanceType:
     gpu_compute: tuple[int, int] = (0, 0)
     arch: str = "amd64"
     os: str = "linux"
+    #: The Karpenter provider selling it (`intent.providers`): ``aws`` here; the other
+    #: providers' types (`sim.providers`) carry their own instance labels in
+    #: ``provider_labels`` instead of the ``karpenter.k8s.aws/*`` ones, and ``gpu_name``
+    #: is then the canonical model, not a label value.
+    provider: str = "aws"
+    provider_labels: tuple[tuple[str, str], ...] = ()
 
     def labels(self) -> dict[str, str]:
         """The instance type's single-valued labels, as the AWS provider resolves them onto
         a NodeClaim at launch (``computeRequirements``; zone and capacity type are added
-        per launch)."""
+        per launch); another provider's type: the well-known ones and its
+        ``provider_labels``."""
+        if self.provider != "aws":
+            return {
+                "node.kubernetes.io/instance-type": self.name,
+                "kubernetes.io/arch": self.arch,
+                "kubernetes.io/os": self.os,
+                "topology.kubernetes.io/region": REGION,
+                **dict(self.provider_labels),
+            }
         labels = {
             "node.kubernetes.io/instance-type": self.name,
             "kubernetes.io/arch": self.arch,
@@ -184,7 +205,8 @@ class InstanceType:
 def _requirements(it: InstanceType) -> Requirements:
     labels = it.labels()
     reqs = [Requirement.new(k, "In", [v]) for k, v in labels.items()]
-    reqs += [Requirement.new(k, "DoesNotExist") for k in AWS_INSTANCE_LABELS if k not in labels]
+    absent = [k for k in INSTANCE_LABELS[it.provider] if k not in labels]
+    reqs += [Requirement.new(k, "DoesNotExist") for k in absent]
     reqs += [
         Requirement.new("topology.kubernetes.io/zone", "In", ZONES),
         Requirement.new("karpenter.sh/capacity-type", "In", CAPACITY_TYPES),
@@ -224,10 +246,13 @@ _L4 = _Gpu("l4", 22888, "NVIDIA-L4", 23034, "ada-lovelace", (8, 9))
 # L40S and H100 SXM: GFD memory from public nvidia-smi output (approximate).
 _L40S = _Gpu("l40s", 45776, "NVIDIA-L40S", 46068, "ada-lovelace", (8, 9))
 _A100_40GB = _Gpu("a100", 40960, "NVIDIA-A100-SXM4-40GB", 40960, "ampere", (8, 0))
+# The 80 GB A100 has the same AWS name ``a100``: only ``instance-gpu-memory`` (81920 on
+# p4de.24xlarge, 40960 on p4d.24xlarge) tells them apart (instance-types.md).
+_A100_80GB = _Gpu("a100", 81920, "NVIDIA-A100-SXM4-80GB", 81920, "ampere", (8, 0))
 _H100 = _Gpu("h100", 81920, "NVIDIA-H100-80GB-HBM3", 81559, "hopper", (9, 0))
 
 
-_GPUS: Final = (_T4, _A10G, _L4, _L40S, _A100_40GB, _H100)
+_GPUS: Final = (_T4, _A10G, _L4, _L40S, _A100_40GB, _A100_80GB, _H100)
 
 
 def gpu_model(product: str) -> str:
@@ -295,6 +320,9 @@ CATALOG: Final[tuple[InstanceType, ...]] = (
     _gpu_type("g6.12xlarge", 48, 196608, "4.6016", 234, "amd", 3760, 4, _L4),
     _gpu_type("g6e.xlarge", 4, 32768, "1.861", 58, "amd", 250, 1, _L40S),
     _gpu_type("p4d.24xlarge", 96, 1179648, "32.7726", 737, "intel", 8000, 8, _A100_40GB),
+    # p4de: p4d's host with 80 GB A100s; $40.96566/h us-east-1 on-demand Linux in the
+    # same 2024 list (aws.amazon.com/ec2/pricing/on-demand, before the June 2025 cuts).
+    _gpu_type("p4de.24xlarge", 96, 1179648, "40.96566", 737, "intel", 8000, 8, _A100_80GB),
     _gpu_type("p5.48xlarge", 192, 2097152, "98.32", 100, "amd", 30400, 8, _H100),
 )  # fmt: skip
 

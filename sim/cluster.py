@@ -28,6 +28,7 @@ from sim.faults import Faults
 from sim.karpenter import KarpenterSim
 from sim.kubelet import SimKubelet
 from sim.nodeclaims import KarpenterTimings
+from sim.providers import catalog_for
 from sim.scheduler import SimScheduler
 from sim.server import ApiServer
 from sim.store import NAMESPACES, Store
@@ -52,6 +53,9 @@ class SimCluster:
             tensor-fusion's; one task each) retries without a change.
         bookmark_seconds: how often idle watches get a BOOKMARK (kube-apiserver sends
             them about once a minute).
+        provider: the Karpenter provider the cloud is (`sim.providers`: ``aws``,
+            ``azure``, ``gcp``, ``tke``): Karpenter sells that provider's instance types,
+            labelled as its Karpenter provider labels them.
     """
 
     def __init__(
@@ -63,8 +67,11 @@ class SimCluster:
         karpenter_solve_in_thread: bool = False,
         scheduler_resync_seconds: float = 0.5,
         bookmark_seconds: float = 60.0,
+        provider: str = "aws",
     ) -> None:
         self.workdir = workdir
+        self.provider = provider
+        self.catalog = catalog_for(provider)
         self.store = Store()
         self.admission = Admission(self.store)
         self.token = secrets.token_urlsafe(24)
@@ -86,6 +93,7 @@ class SimCluster:
         self.karpenter = (
             KarpenterSim(
                 self.store,
+                catalog=self.catalog,
                 timings=karpenter or KarpenterTimings(),
                 solve_in_thread=karpenter_solve_in_thread,
             )

@@ -52,7 +52,8 @@ from celpy.evaluation import CELEvalError
 
 from intent.contract import IntentError
 from intent.quantity import parse_quantity
-from sim.catalog import CATALOG, InstanceType
+from sim.catalog import InstanceType
+from sim.providers import CATALOGS
 from sim.scheduling import is_terminal
 from sim.store import (
     DEVICECLASSES,
@@ -363,7 +364,8 @@ def mig_devices(it: InstanceType, node_name: str, mig_config: str) -> list[Obj] 
 def _instance_type(node: Mapping[str, Any]) -> InstanceType | None:
     labels = (node.get("metadata") or {}).get("labels") or {}
     name = labels.get("node.kubernetes.io/instance-type")
-    return next((it for it in CATALOG if it.name == name), None)
+    types = (it for catalog in CATALOGS.values() for it in catalog)  # every provider's
+    return next((it for it in types if it.name == name), None)
 
 
 def resource_slice(node: Mapping[str, Any], generation: int = 1) -> Obj | None:

@@ -26,6 +26,7 @@ from intent import keys
 __all__ = [
     "AWS_INSTANCE_LABELS",
     "HOSTNAME_LABEL",
+    "INSTANCE_LABELS",
     "NODEPOOL_LABEL",
     "NORMALIZED_LABELS",
     "WELL_KNOWN_LABELS",
@@ -74,8 +75,48 @@ AWS_INSTANCE_LABELS: Final = (
     "karpenter.k8s.aws/instance-accelerator-count",
 )
 
+#: The other providers' instance labels (`sim.providers`): Azure
+#: (Azure/karpenter-provider-azure pkg/apis/v1beta1/labels.go ``AzureWellKnownLabels``, the
+#: ones the sim sets), GCP (cloudpilot-ai/karpenter-provider-gcp pkg/apis/v1alpha1/labels.go;
+#: manufacturer and memory registered but only ever DoesNotExist) and TKE
+#: (TencentCloud/karpenter-provider-tke pkg/apis/v1beta1/labels.go: no GPU label).
+AZURE_INSTANCE_LABELS: Final = (
+    keys.AZURE_SKU_NAME_LABEL,
+    keys.AZURE_SKU_FAMILY_LABEL,
+    "karpenter.azure.com/sku-cpu",
+    "karpenter.azure.com/sku-memory",
+    keys.AZURE_GPU_NAME_LABEL,
+    keys.AZURE_GPU_MANUFACTURER_LABEL,
+    keys.AZURE_GPU_COUNT_LABEL,
+)
+GCP_INSTANCE_LABELS: Final = (
+    keys.GCP_INSTANCE_FAMILY_LABEL,
+    "karpenter.k8s.gcp/instance-cpu",
+    "karpenter.k8s.gcp/instance-memory",
+    keys.GCP_GPU_NAME_LABEL,
+    "karpenter.k8s.gcp/instance-gpu-manufacturer",
+    keys.GCP_GPU_COUNT_LABEL,
+    "karpenter.k8s.gcp/instance-gpu-memory",
+    keys.GKE_ACCELERATOR_LABEL,
+)
+TKE_INSTANCE_LABELS: Final = (
+    keys.TKE_INSTANCE_FAMILY_LABEL,
+    keys.TKE_INSTANCE_CPU_LABEL,
+    keys.TKE_INSTANCE_MEMORY_LABEL,
+)
+#: Each provider's instance labels: an instance type lacking one has a DoesNotExist
+#: requirement on it.
+INSTANCE_LABELS: Final = {
+    "aws": AWS_INSTANCE_LABELS,
+    "azure": AZURE_INSTANCE_LABELS,
+    "gcp": GCP_INSTANCE_LABELS,
+    "tke": TKE_INSTANCE_LABELS,
+}
+
 #: ``v1.WellKnownLabels`` with the AWS provider's ``init`` additions: a pod may require
 #: these even when a NodePool does not define them (``AllowUndefinedWellKnownLabels``).
+#: The sim plays every provider (`sim.providers`), so the other providers' instance
+#: labels are well known too; a cluster's instance types carry only their provider's.
 WELL_KNOWN_LABELS: Final = frozenset(
     {
         NODEPOOL_LABEL,
@@ -94,7 +135,7 @@ WELL_KNOWN_LABELS: Final = frozenset(
         "karpenter.k8s.aws/instance-network-bandwidth",
         "topology.k8s.aws/zone-id",
     }
-) | frozenset(AWS_INSTANCE_LABELS)
+) | frozenset(label for labels in INSTANCE_LABELS.values() for label in labels)
 #: ``v1.NormalizedLabels``: deprecated aliases rewritten to the stable key.
 NORMALIZED_LABELS: Final = {
     "failure-domain.beta.kubernetes.io/zone": "topology.kubernetes.io/zone",

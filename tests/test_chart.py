@@ -31,7 +31,7 @@ from controller_fixtures import nodepool
 from controller.model import GroupKey, PodRef
 from controller.nodes import parse_nodepool
 from controller.triggers import TriggerSettings, trigger_pod
-from gpu_intent.cli import build_parser
+from gpu_intent.cli import build_parser, plan_config
 from intent.catalog import load_catalog
 from intent.contract import INJECT_LABEL, INJECT_VALUE
 from sim.affinity import selector_matches
@@ -389,6 +389,46 @@ def test_the_catalog_value_reaches_the_webhook_as_a_file_it_loads(tmp_path: Path
     c = container(docs, WEBHOOK)
     mount = next(m for m in c["volumeMounts"] if m["name"] == "catalog")
     assert flags(c["args"])["--catalog"] == f"{mount['mountPath']}/catalog.yaml"
+
+
+def test_the_placement_values_become_the_controllers_placement() -> None:
+    """controller.placement.<layer> renders one --placement flag each; by default they
+    make the layers' own defaults, and a value set replaces that layer's."""
+    from controller.placement import Placements, parse_requirement
+
+    parser = build_parser()
+
+    def placement(*sets: str) -> Placements:
+        args = container(render("default", sets=sets), CONTROLLER)["args"]
+        return plan_config(parser.parse_args(args)).placement
+
+    assert placement() == Placements()
+    changed = placement("controller.placement.hami=accelerator=vgpu", "controller.placement.kai=")
+    assert changed.hami == (parse_requirement("accelerator=vgpu"),)
+    assert changed.kai == ()
+    assert changed.dra == Placements().dra
+
+
+def test_the_provider_value_becomes_the_controllers_provider() -> None:
+    """controller.provider renders --provider (default aws); the label values, empty by
+    default, override the provider's labels only when set."""
+    parser = build_parser()
+
+    def trigger(values: str, *sets: str) -> Any:
+        args = container(render(values, sets=sets), CONTROLLER)["args"]
+        return plan_config(parser.parse_args(args)).trigger
+
+    default = trigger("default")
+    assert (default.provider.name, default.gpu_name_label, default.gpu_memory_label) == (
+        "aws",
+        None,
+        None,
+    )
+    assert trigger("default", "controller.provider=azure").provider.name == "azure"
+    tke = trigger("provider")
+    assert tke.provider.name == "tke"
+    assert tke.profile.model_label == "example.com/gpu-model"
+    assert tke.profile.gpu_memory_label == "example.com/gpu-memory-mib"
 
 
 def test_binding_triggers_value_sets_the_flag() -> None:

@@ -59,6 +59,7 @@ def _planning(plan: PlanConfig, trigger: TriggerSettings) -> dict[str, Any]:
     return {
         "namespace": trigger.namespace,
         "default_nodepool": plan.default_nodepool,
+        "provider": trigger.provider.name,
         "gpu_name_label": trigger.gpu_name_label,
         "gpu_memory_label": trigger.gpu_memory_label,
         "binding_triggers": trigger.binding,
@@ -68,6 +69,7 @@ def _planning(plan: PlanConfig, trigger: TriggerSettings) -> dict[str, Any]:
         "cover_seconds": plan.cover_seconds,
         "cover_max_seconds": plan.cover_max_seconds,
         "max_triggers": plan.max_triggers,
+        "placement": plan.placement.flags(),
     }
 
 

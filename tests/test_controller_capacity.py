@@ -11,9 +11,10 @@ from controller_fixtures import gpu_pod, nodeclaim, nodepool
 from controller.capacity import claim_hosts, cover_holds, fresh, held_covers, place_on_free
 from controller.model import GroupKey, PendingPod, parse_pending_pod
 from controller.nodes import parse_nodeclaim, parse_nodepool
+from intent.providers import AWS
 
 NOW = datetime(2026, 11, 21, 12, 0, 5, tzinfo=UTC)
-NAME, MEMORY = "karpenter.k8s.aws/instance-gpu-name", "karpenter.k8s.aws/instance-gpu-memory"
+NAME = "karpenter.k8s.aws/instance-gpu-name"
 KEYS = parse_nodepool(nodepool("gpu-standard", models=["t4", "l4"])).label_keys()
 
 
@@ -97,7 +98,7 @@ def test_free_gpus_take_the_pods_the_node_can_host_largest_first() -> None:
     pods = [pending("small", "0.5", model="l4"), pending("whole", "1", model="l4")]
     pods.append(pending("big", "2", model="l4"))
     free = {"l4-node": Decimal(2), "t4-node": Decimal(4)}
-    left, placed = place_on_free(pods, GroupKey("gpu-standard", "l4"), free, claims, NAME, MEMORY)
+    left, placed = place_on_free(pods, GroupKey("gpu-standard", "l4"), free, claims, AWS)
     assert [(p.ref.name, c.name) for p, c in placed] == [("big", "l4-node")]
     assert sorted(p.ref.name for p in left) == ["small", "whole"]  # no L4 room left
     assert free == {"l4-node": Decimal(0), "t4-node": Decimal(4)}
@@ -116,14 +117,12 @@ def test_a_node_hosts_a_pod_only_where_its_selector_and_affinity_can_match() -> 
             },
         }
     )
-    assert claim_hosts(claim, key, pending("p", "1", model="l4"), NAME, MEMORY)
-    assert not claim_hosts(claim, GroupKey("gpu-large", "l4"), pending("p", "1"), NAME, MEMORY)
-    assert not claim_hosts(claim, GroupKey("gpu-standard", "t4"), pending("p", "1"), NAME, MEMORY)
+    assert claim_hosts(claim, key, pending("p", "1", model="l4"), AWS)
+    assert not claim_hosts(claim, GroupKey("gpu-large", "l4"), pending("p", "1"), AWS)
+    assert not claim_hosts(claim, GroupKey("gpu-standard", "t4"), pending("p", "1"), AWS)
     elsewhere = pending("p", "1", model="l4", node_selector={zone: "b"})
-    assert not claim_hosts(claim_in_a, key, elsewhere, NAME, MEMORY)
+    assert not claim_hosts(claim_in_a, key, elsewhere, AWS)
     here = pending("p", "1", model="l4", node_selector={zone: "a"})
-    assert claim_hosts(claim_in_a, key, here, NAME, MEMORY)
+    assert claim_hosts(claim_in_a, key, here, AWS)
     # A memory group needs the NodeClaim's GPUs to have that much memory.
-    assert not claim_hosts(
-        claim, GroupKey("gpu-standard", None, (), 20000), pending("m", "1"), NAME, MEMORY
-    )
+    assert not claim_hosts(claim, GroupKey("gpu-standard", None, (), 20000), pending("m", "1"), AWS)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from controller_fixtures import T0, gpu_pod, nodeclaim
-from test_controller_plan import CONFIG, NOW, live_trigger, snapshot
+from test_controller_plan import CONFIG, KAI, NOW, live_trigger, snapshot
 
 from controller.failures import (
     TokenBucket,
@@ -186,10 +186,10 @@ def test_an_orphan_trigger_is_removed_and_its_group_cools_down() -> None:
     trigger = live_trigger(first)
     gone = plan(snapshot([], triggers=[trigger]), FAST)
     [delete] = gone.deletes
-    assert delete.orphan == GroupKey("gpu-standard", "l4")
+    assert delete.orphan == GroupKey("gpu-standard", "l4", placement=KAI)
     config = dataclasses.replace(FAST, cooldown_seconds=5)
     again = snapshot([gpu_pod("b", "1", model="l4")])
-    removals = {GroupKey("gpu-standard", "l4"): NOW - timedelta(seconds=2)}
+    removals = {GroupKey("gpu-standard", "l4", placement=KAI): NOW - timedelta(seconds=2)}
     cooling = plan(dataclasses.replace(again, removals=removals), config)
     assert cooling.creates == ()
     assert [s.status.phase for s in cooling.statuses] == [WAITING]

@@ -407,10 +407,11 @@ def test_a_cover_running_out_is_noticed_without_any_change() -> None:
     assert normal(quiet.plan) == normal(
         plan(snapshot(world.state, world.memory, soon), planner._config)
     )
-    assert quiet.plan.demand[GroupKey("gpu-standard", "t4")] == 0  # covered: no demand
+    kai = PlanConfig().placement.kai  # the pods' layer
+    assert quiet.plan.demand[GroupKey("gpu-standard", "t4", placement=kai)] == 0  # covered
     later = world.now + timedelta(seconds=61)
     expired = planner.run(later)
-    assert expired.plan.demand[GroupKey("gpu-standard", "t4")] == Decimal("1.5")
+    assert expired.plan.demand[GroupKey("gpu-standard", "t4", placement=kai)] == Decimal("1.5")
     assert normal(expired.plan) == normal(
         plan(snapshot(world.state, world.memory, later), planner._config)
     )
@@ -557,7 +558,9 @@ def test_with_failures_cooldown_and_caps_every_pass_equals_a_fresh_plan(seed: in
             )
         if rng.random() < 0.1:  # an orphan removed: the group cools down
             model = rng.choice(["t4", "l4", "a100"])
-            world.memory.removed(GroupKey(rng.choice(POOL_NAMES[:2]), model), world.now)
+            kai = PlanConfig().placement.kai  # the pods' layer
+            group = GroupKey(rng.choice(POOL_NAMES[:2]), model, placement=kai)
+            world.memory.removed(group, world.now)
         tokens = rng.choice([None, 0, 1, 3])
         got = planner.run(world.now, tokens)
         want = plan(

@@ -54,6 +54,14 @@ POOLS = [
     nodepool("gpu-standard", models=["t4", "a10g", "l4"], weight=10),
     nodepool("gpu-large", models=["l40s", "a100", "h100"]),
 ]
+#: The placement of KAI pods (`gpu_pod`'s default source), in their groups.
+KAI = CONFIG.placement.kai
+#: POOLS with gpu-standard's nodes running HAMi's device plugin (``gpu: "on"``).
+HAMI_POOLS = [
+    {**POOLS[0], "spec": {**POOLS[0]["spec"], "template": {
+        **POOLS[0]["spec"]["template"], "metadata": {"labels": {"gpu": "on"}}}}},
+    POOLS[1],
+]  # fmt: skip
 
 
 def snapshot(
@@ -96,11 +104,11 @@ def test_two_half_gpu_pods_of_one_model_share_one_whole_gpu_trigger() -> None:
     assert len(result.creates) == 1
     create = result.creates[0]
     assert create.gpus == 1
-    assert create.group == GroupKey("gpu-standard", "l4")
+    assert create.group == GroupKey("gpu-standard", "l4", placement=KAI)
     assert {str(r) for r in create.serves} == {"ml/a", "ml/b"}
     requests = create.body["spec"]["containers"][0]["resources"]["requests"]  # type: ignore[index]
     assert requests["nvidia.com/gpu"] == "1"
-    assert result.demand[GroupKey("gpu-standard", "l4")] == Decimal(1)
+    assert result.demand[GroupKey("gpu-standard", "l4", placement=KAI)] == Decimal(1)
 
 
 def test_fractions_are_packed_best_fit_decreasing_into_whole_gpus() -> None:
@@ -136,10 +144,10 @@ def test_memory_pods_of_a_named_model_share_its_cards_by_memory() -> None:
         20000,
         22000,
     ]
-    result = plan(snapshot(pods), CONFIG)
+    result = plan(snapshot(pods, pools=HAMI_POOLS), CONFIG)
     assert sum(c.gpus for c in result.creates) == 2
     unknown = [hami(f"p{i}", 8000, known=False) for i in range(3)]
-    assert sum(c.gpus for c in plan(snapshot(unknown), CONFIG).creates) == 3
+    assert sum(c.gpus for c in plan(snapshot(unknown, pools=HAMI_POOLS), CONFIG).creates) == 3
 
 
 def test_packing_fills_the_tightest_bin_so_fractions_need_the_fewest_gpus() -> None:
@@ -159,7 +167,10 @@ def test_different_models_get_separate_triggers_on_the_pool_that_offers_them() -
     pods = [gpu_pod("a", "0.5", model="l4"), gpu_pod("b", "1", model="a100")]
     result = plan(snapshot(pods), CONFIG)
     groups = sorted((c.group for c in result.creates), key=GroupKey.sort_key)
-    assert groups == [GroupKey("gpu-large", "a100"), GroupKey("gpu-standard", "l4")]
+    assert groups == [
+        GroupKey("gpu-large", "a100", placement=KAI),
+        GroupKey("gpu-standard", "l4", placement=KAI),
+    ]
 
 
 def test_whole_gpu_pod_karpenter_can_provision_gets_no_trigger_and_a_native_status() -> None:
@@ -204,8 +215,9 @@ def test_hami_pod_with_gpumem_is_not_native_even_with_whole_gpu_count() -> None:
         source=("hami:nvidia.com/gpumem", "hami:nvidia.com/use-gputype"),
         resources={"requests": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}},
     )
-    result = plan(snapshot([pod]), CONFIG)
-    assert [c.group for c in result.creates] == [GroupKey("gpu-standard", "a10g")]
+    result = plan(snapshot([pod], pools=HAMI_POOLS), CONFIG)
+    hami = CONFIG.placement.hami
+    assert [c.group for c in result.creates] == [GroupKey("gpu-standard", "a10g", placement=hami)]
 
 
 def test_intent_without_model_goes_to_the_default_pool_and_without_default_is_unresolvable() -> (
@@ -973,6 +985,7 @@ def test_memory_only_pods_get_a_whole_gpu_each_with_at_least_that_memory() -> No
                         "operator": "Gt",
                         "values": ["3999"],
                     },
+                    {"key": "gpu", "operator": "NotIn", "values": ["on"]},
                 ]
             }
         ]

@@ -269,11 +269,13 @@ def test_demo_takes_the_controller_planning_flags() -> None:
     controller = cli.plan_config(parser.parse_args(["controller"]))
     assert controller.default_nodepool is None
     assert controller.trigger.binding is False
-    assert controller.trigger.gpu_memory_label == "karpenter.k8s.aws/instance-gpu-memory"
+    assert controller.trigger.profile.gpu_memory_label == "karpenter.k8s.aws/instance-gpu-memory"
     chosen = cli.plan_config(
         parser.parse_args(["controller", "--binding-triggers", "--gpu-memory-label", "x/mem"])
     )
-    assert (chosen.trigger.binding, chosen.trigger.gpu_memory_label) == (True, "x/mem")
+    assert (chosen.trigger.binding, chosen.trigger.profile.gpu_memory_label) == (True, "x/mem")
+    tke = cli.plan_config(parser.parse_args(["controller", "--provider", "tke"]))
+    assert tke.trigger.profile.model_label == "karpenter.k8s.tke/instance-family"
 
 
 # --- Karpenter's FailedScheduling in the timeline ------------------------------------

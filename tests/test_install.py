@@ -40,6 +40,7 @@ def test_wheel_installs_into_a_new_venv_and_runs_the_demo(tmp_path: Path) -> Non
     assert {f"{p}/__init__.py" for p in PACKAGES} <= names
     assert {f"{p}/py.typed" for p in TOP_LEVEL} <= names
     assert "gpu_intent/examples/20-workloads.yaml" in names
+    assert "gpu_intent/examples/providers/tke/10-nodepools.yaml" in names
     assert "sim/crds/karpenter.sh_nodeclaims.yaml" in names
     assert not any(n.startswith("tests/") for n in names)
 

@@ -22,6 +22,7 @@ from sim.requirements import Requirement, Requirements
         ("g6.12xlarge", "47810m", "178933Mi", "234", "4"),
         ("g6e.xlarge", "3920m", "29317Mi", "58", "1"),
         ("p4d.24xlarge", "95690m", "1082712Mi", "737", "8"),
+        ("p4de.24xlarge", "95690m", "1082712Mi", "737", "8"),
         ("p5.48xlarge", "191450m", "1938410Mi", "100", "8"),
     ],
 )
@@ -46,6 +47,7 @@ def test_catalog_holds_the_gpu_families_and_one_cpu_type() -> None:
         "g6.12xlarge",
         "g6e.xlarge",
         "p4d.24xlarge",
+        "p4de.24xlarge",
         "p5.48xlarge",
     ]
     assert {it.gpu_name for it in CATALOG} == {"", "t4", "a10g", "l4", "l40s", "a100", "h100"}
@@ -65,6 +67,19 @@ def test_gpu_type_labels_use_aws_spelling() -> None:
     assert labels["karpenter.k8s.aws/instance-memory"] == "1179648"
     assert labels["node.kubernetes.io/instance-type"] == "p4d.24xlarge"
     assert (labels["kubernetes.io/arch"], labels["kubernetes.io/os"]) == ("amd64", "linux")
+
+
+def test_both_a100_variants_share_the_name_and_differ_in_memory_per_gpu() -> None:
+    """instance-types.md: p4d.24xlarge and p4de.24xlarge are both ``a100``, 8 GPUs, with
+    ``instance-gpu-memory`` 40960 and 81920 (MiB per GPU); the 80 GB one costs more."""
+    small, large = by_name("p4d.24xlarge"), by_name("p4de.24xlarge")
+    for it, mib in ((small, "40960"), (large, "81920")):
+        labels = it.labels()
+        assert labels["karpenter.k8s.aws/instance-gpu-name"] == "a100"
+        assert labels["karpenter.k8s.aws/instance-gpu-count"] == "8"
+        assert labels["karpenter.k8s.aws/instance-gpu-memory"] == mib
+    assert large.gfd_labels()["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"
+    assert small.price < large.price
 
 
 def test_cpu_type_requirements_exclude_gpu_selectors() -> None:

@@ -152,7 +152,7 @@ T4 = {GPU_NAME: "t4"}
             [("gpu", ["g4dn.12xlarge"], ["a", "b"])],
         ),
         ([pod("a", cpu="1")], [CPU_POOL, GPU_POOL], [("cpu", ["m5.large"], ["a"])]),
-        ([pod("a", gpus=8)], [GPU_POOL], [("gpu", ["p4d.24xlarge", "p5.48xlarge"], ["a"])]),
+        ([pod("a", gpus=8)], [GPU_POOL], [("gpu", ["p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge"], ["a"])]),
         (  # required OR terms: the first (v100, never offered) is relaxed away
             [
                 pod(

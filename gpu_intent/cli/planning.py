@@ -25,9 +25,12 @@ def add_planning_flags(
     """Add the controller's planning flags to ``parser``: ``--namespace`` (trigger pods'
     namespace, default ``namespace``, or ``TriggerSettings().namespace`` when None),
     ``--default-nodepool`` (default ``default_nodepool``, or ``PlanConfig``'s when None),
-    ``--gpu-name-label``, ``--gpu-memory-label``, ``--binding-triggers``,
+    ``--provider`` (the Karpenter provider whose labels select a GPU model, default
+    ``TriggerSettings().provider``), ``--gpu-name-label``, ``--gpu-memory-label``
+    (overrides of the provider's), ``--binding-triggers``,
     ``--trigger-image``, ``--trigger-priority-class``, ``--trigger-deadline-seconds``,
-    ``--cover-seconds``, ``--cover-max-seconds`` (seconds) and ``--max-triggers``.
+    ``--placement`` (repeatable, applied after the layers' defaults), ``--cover-seconds``,
+    ``--cover-max-seconds`` (seconds) and ``--max-triggers``.
     `plan_config` turns the parsed values into a ``PlanConfig``."""
     from controller.plan import PlanConfig
     from controller.triggers import TriggerSettings
@@ -43,21 +46,61 @@ def add_planning_flags(
         help="NodePool for GPU intents that name no model",
     )
     _add_trigger_flags(parser, trigger)
+    _add_placement_flag(parser, plan)
     _add_cover_flags(parser, plan)
 
 
+def _placement(text: str) -> str:
+    """A ``--placement`` value, checked (`controller.placement.parse_placement`)."""
+    from controller.placement import parse_placement
+
+    try:
+        parse_placement(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    return text
+
+
+def _add_placement_flag(parser: argparse.ArgumentParser, plan: PlanConfig) -> None:
+    """``--placement``: where each GPU-sharing layer's pods can run."""
+    defaults = plan.placement.flags()
+    parser.add_argument(
+        "--placement",
+        action="append",
+        type=_placement,
+        default=defaults,
+        metavar="LAYER=REQ[,REQ...]",
+        help="node labels a GPU-sharing layer's nodes carry (hami, kai, tensor-fusion, dra), "
+        "as requirements key=value, key!=value, 'key In (a|b)', 'key Exists'; repeat for "
+        "each layer to change, LAYER= for any node. Triggers ask for them and only NodePools "
+        "that make such nodes serve the layer's pods. The layers' own defaults: "
+        + " ".join(defaults),
+    )
+
+
 def _add_trigger_flags(parser: argparse.ArgumentParser, trigger: TriggerSettings) -> None:
-    """How trigger pods are built: labels, binding, image, PriorityClass, deadline."""
+    """How trigger pods are built: provider and labels, binding, image, PriorityClass,
+    deadline."""
+    from intent.providers import PROFILES
+
+    parser.add_argument(
+        "--provider",
+        choices=tuple(PROFILES),
+        default=trigger.provider.name,
+        help="Karpenter provider whose node labels select a GPU model and memory: aws "
+        "(instance-gpu-name t4), azure (sku-gpu-name T4), gcp (instance-gpu-name "
+        "nvidia-tesla-t4), tke (no GPU label: instance-family GN7) "
+        f"(default {trigger.provider.name})",
+    )
     parser.add_argument(
         "--gpu-name-label",
         default=trigger.gpu_name_label,
-        help="node label carrying the GPU model (default: the AWS provider's)",
+        help="node label carrying the canonical GPU model (t4), instead of the provider's",
     )
     parser.add_argument(
         "--gpu-memory-label",
         default=trigger.gpu_memory_label,
-        help="node label carrying MiB of memory per GPU, for intents that state memory but "
-        "no model (default: the AWS provider's)",
+        help="node label carrying MiB of memory per GPU, instead of the provider's",
     )
     parser.add_argument(
         "--binding-triggers",
@@ -114,13 +157,16 @@ def _add_cover_flags(parser: argparse.ArgumentParser, plan: PlanConfig) -> None:
 def plan_config(args: argparse.Namespace) -> PlanConfig:
     """The ``PlanConfig`` for the flags added by `add_planning_flags` (its other fields
     keep their defaults)."""
+    from controller.placement import placements_from
     from controller.plan import PlanConfig
     from controller.triggers import TriggerSettings
+    from intent.providers import profile
 
     return PlanConfig(
         trigger=TriggerSettings(
             namespace=args.namespace,
             image=args.trigger_image,
+            provider=profile(args.provider),
             gpu_name_label=args.gpu_name_label,
             gpu_memory_label=args.gpu_memory_label,
             priority_class=args.trigger_priority_class,
@@ -131,4 +177,5 @@ def plan_config(args: argparse.Namespace) -> PlanConfig:
         cover_seconds=args.cover_seconds,
         cover_max_seconds=args.cover_max_seconds,
         max_triggers=args.max_triggers,
+        placement=placements_from(args.placement),
     )

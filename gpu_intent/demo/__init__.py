@@ -7,7 +7,7 @@ and a kubeconfig, exactly as to a real cluster), applies an examples directory (
 tables. The directory holds Namespaces, NodePools, Pods, DRA ResourceClaims and
 ResourceClaimTemplates and DeviceClasses (applied as given, beside the NVIDIA DRA
 driver's defaults the sim installs; one of the same name replaces it), and the node
-classes NodePools reference (``EC2NodeClass``, ``AKSNodeClass``,
+classes NodePools reference (``EC2NodeClass``, ``AKSNodeClass``, ``GCENodeClass``,
 ``TKEMachineNodeClass``: accepted, not applied, one line says the sim's instance-type
 catalog stands in for them); any other kind is one line on ``err`` and exit 2. ``--without-controller`` shows the other side: the sharing-layer pods stay
 Pending with Karpenter's ``FailedScheduling`` while whole-GPU pods get a node.
@@ -18,6 +18,11 @@ watched from that list's resourceVersion *before* the first pod is created, so e
 NodeClaim Karpenter creates is recorded, including ones deleted later. At the end the
 demo waits (within ``--timeout``) until each NodeClaim has launched (condition
 ``Launched=True``) or is gone, and reconciles its record with a fresh list.
+
+**Providers.** The controller's provider (``--provider``: `intent.providers`) is the
+sim's cloud too (`sim.providers`: that provider's instance types and labels), and without
+``examples`` the demo applies ``examples/providers/<provider>/`` for a provider other
+than AWS: the same story on NodePools shaped for that provider, with no AWS label.
 
 **The end of the story.** The demo stops waiting as soon as every example pod is
 *closed* and no trigger pod is left (or at ``--timeout``): bound with a closed scale-up
@@ -36,8 +41,8 @@ with ``bench.cost``): per (model, pool), the pods sharing a GPU are packed
 first-fit-decreasing into 1-GPU pods (a HAMi card holds at most its split count, 10,
 of them; their cpu and memory requests carried; none larger than an instance type of
 its pool holds), a pod of whole GPUs becomes one pod of ``ceil`` GPUs, a memory-only
-pod one whole GPU with enough memory. Each twin selects the model on
-``karpenter.k8s.aws/instance-gpu-name`` and the pool on ``karpenter.sh/nodepool`` (the
+pod one whole GPU with enough memory. Each twin selects the model as the provider spells
+it (`intent.providers`; AWS ``karpenter.k8s.aws/instance-gpu-name``) and the pool on ``karpenter.sh/nodepool`` (the
 intent's pool; for an intent without a model, the default NodePool the controller would
 use) and tolerates what its pods tolerate. So two 0.5-GPU L4 pods make one 1-GPU twin,
 and 160 quarter-GPU T4 pods forty. A pod with no GPU intent enters the solve as it is.

@@ -27,12 +27,14 @@ TRIGGER_NAMESPACE: Final = "gpu-intent-system"
 DEFAULT_NODEPOOL: Final = "gpu-standard"
 GPU_NAME_LABEL: Final = AWS_GPU_NAME_LABEL
 #: The node-class kinds NodePools reference (``spec.template.spec.nodeClassRef``), by
-#: API group: AWS (karpenter-provider-aws), Azure (karpenter-provider-azure), Tencent
-#: Cloud TKE. An examples directory may hold them; the demo does not apply them: the sim's
-#: instance-type catalog (`sim.catalog`) stands in for what they configure.
+#: API group: AWS (karpenter-provider-aws), Azure (karpenter-provider-azure), GCP
+#: (cloudpilot-ai/karpenter-provider-gcp), Tencent Cloud TKE. An examples directory may
+#: hold them; the demo does not apply them: the sim's instance-type catalog of the
+#: provider (`sim.providers`) stands in for what they configure.
 NODE_CLASS_KINDS: Final = {
     "EC2NodeClass": "karpenter.k8s.aws",
     "AKSNodeClass": "karpenter.azure.com",
+    "GCENodeClass": "karpenter.k8s.gcp",
     "TKEMachineNodeClass": "karpenter.k8s.tke",
 }
 #: The kinds ``apply`` creates: the workloads, their namespaces and NodePools, DRA claims
@@ -60,16 +62,19 @@ class ExamplesError(ValueError):
     """An examples file cannot be read or applied; the message names the file."""
 
 
-def default_examples() -> Path:
+def default_examples(provider: str = "aws") -> Path:
     """The demo's manifests: the repository's top-level ``examples/``, installed as the
     data-only package ``gpu_intent.examples`` (pyproject.toml maps it), so the same call
-    works in an editable install and from a wheel. Raises FileNotFoundError when the
-    installation has no examples."""
+    works in an editable install and from a wheel; for a ``provider`` other than ``aws``,
+    its ``providers/<provider>/`` directory there (the same story on NodePools shaped
+    for that provider's labels). Raises FileNotFoundError when the installation has no
+    examples."""
     spec = importlib.util.find_spec("gpu_intent.examples")
     locations = list(spec.submodule_search_locations or []) if spec else []
     if not locations:
         raise FileNotFoundError("the gpu_intent.examples package data is not installed")
-    return Path(locations[0])
+    base = Path(locations[0])
+    return base if provider == "aws" else base / "providers" / provider
 
 
 def read_examples(directory: Path) -> list[tuple[Path, dict[str, Any]]]:

@@ -16,8 +16,10 @@ from typing import Any, Final
 
 from gpu_intent.demo.manifests import ANY_MODEL, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL
 from gpu_intent.demo.twin import DemandPod, Ideal, gpus_lower_bound, ideal_twins
+from intent.providers import AWS, ProviderProfile
 from sim.catalog import CATALOG, InstanceType, by_name
 from sim.karpenter import Snapshot, solve
+from sim.providers import ALL_INSTANCE_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -95,13 +97,16 @@ def native_twins(
     *,
     default_nodepool: str | None = None,
     catalog: Sequence[InstanceType] = CATALOG,
+    provider: ProviderProfile = AWS,
 ) -> list[dict[str, Any]]:
     """The ideal twin of ``pods`` (`gpu_intent.demo.twin.ideal_twins`) as Pod objects for
     the solve: ``native-<n>`` in namespace ``native-twins`` with a fixed uid and
     creation time (the solve orders pods by them), then the pods without a GPU intent
     unchanged."""
     return _solve_pods(
-        ideal_twins(pods, nodepools, default_nodepool=default_nodepool, catalog=catalog)
+        ideal_twins(
+            pods, nodepools, default_nodepool=default_nodepool, catalog=catalog, provider=provider
+        )
     )
 
 
@@ -131,12 +136,16 @@ def native_need(
     *,
     default_nodepool: str | None = None,
     catalog: Sequence[InstanceType] = CATALOG,
+    provider: ProviderProfile = AWS,
 ) -> Need:
     """What Karpenter would buy for the ideal twin of the demand: `solve` over
     `native_twins` (packed within the instance types of ``nodepools``) with
     ``nodepools`` and no existing capacity. Each NodeClaim of the solve is priced at its
-    cheapest remaining instance type (the one launched)."""
-    ideal = ideal_twins(pods, nodepools, default_nodepool=default_nodepool, catalog=catalog)
+    cheapest remaining instance type (the one launched). ``catalog`` and ``provider``:
+    the cluster's cloud (`sim.providers`) and its Karpenter provider's labels."""
+    ideal = ideal_twins(
+        pods, nodepools, default_nodepool=default_nodepool, catalog=catalog, provider=provider
+    )
     results = solve(
         Snapshot(pods=_solve_pods(ideal), nodepools=list(nodepools), existing=(), catalog=catalog)
     )
@@ -160,11 +169,14 @@ def native_need(
 
 
 def bought_claim(
-    claim: Mapping[str, Any], *, deleted: bool = False, catalog: Sequence[InstanceType] = CATALOG
+    claim: Mapping[str, Any],
+    *,
+    deleted: bool = False,
+    catalog: Sequence[InstanceType] = ALL_INSTANCE_TYPES,
 ) -> ClaimCost:
     """A created NodeClaim object as a `ClaimCost`: pool from ``karpenter.sh/nodepool``,
     instance type from ``node.kubernetes.io/instance-type`` (set at launch) looked up in
-    ``catalog`` for GPUs and price; ``launched`` from condition ``Launched=True``."""
+    ``catalog`` (every provider's by default) for GPUs and price; ``launched`` from condition ``Launched=True``."""
     meta = claim.get("metadata") or {}
     labels = meta.get("labels") or {}
     conditions = (claim.get("status") or {}).get("conditions") or ()

@@ -24,7 +24,6 @@ from controller.reconciler import Controller, ControllerConfig
 from controller.triggers import TriggerSettings
 from gpu_intent.demo.manifests import (
     DEFAULT_NODEPOOL,
-    GPU_NAME_LABEL,
     NODE_CLASS_KINDS,
     TRIGGER_NAMESPACE,
     ExamplesError,
@@ -61,6 +60,7 @@ from intent.retry import retrying
 from intent.text import usd_for_people
 from sim.cluster import SimCluster
 from sim.nodeclaims import EKS_TIMINGS, KarpenterTimings
+from sim.providers import catalog_for
 from webhook import server as webhook_server
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ def default_timeout(timings: KarpenterTimings) -> float:
 
 def _demo_plan() -> PlanConfig:
     return PlanConfig(
-        trigger=TriggerSettings(namespace=TRIGGER_NAMESPACE, gpu_name_label=GPU_NAME_LABEL),
+        trigger=TriggerSettings(namespace=TRIGGER_NAMESPACE),
         default_nodepool=DEFAULT_NODEPOOL,
     )
 
@@ -187,7 +187,10 @@ async def run_demo(
             by default.
         timings: a `TIMINGS` name or explicit `KarpenterTimings`.
         plan: the controller's planning settings (default: triggers in
-            ``gpu-intent-system``, default NodePool ``gpu-standard``).
+            ``gpu-intent-system``, default NodePool ``gpu-standard``, provider AWS). Its
+            provider (`controller.triggers.TriggerSettings.provider`) is also the sim's
+            cloud (`sim.providers`) and picks the default examples
+            (`default_examples`).
     """
     out = out or sys.stdout
     err = err or sys.stderr
@@ -197,7 +200,10 @@ async def run_demo(
         timings_name, karpenter = timings, TIMINGS[timings]
     else:
         timings_name, karpenter = "custom", timings
-    directory = examples or default_examples()
+    plan = plan or _demo_plan()
+    # The cloud and the examples follow the controller's provider (``--provider``).
+    provider = plan.trigger.provider.name
+    directory = examples or default_examples(provider)
     try:
         manifests = read_examples(directory)
     except (ExamplesError, FileNotFoundError) as e:
@@ -208,7 +214,7 @@ async def run_demo(
         logging.getLogger(noisy).setLevel(logging.WARNING)
     story = _Story(
         manifests=manifests,
-        plan=plan or _demo_plan(),
+        plan=plan,
         timings=karpenter,
         timings_name=timings_name,
         max_seconds=max_seconds if max_seconds is not None else default_timeout(karpenter),
@@ -219,7 +225,7 @@ async def run_demo(
     with tempfile.TemporaryDirectory(prefix="gpu-intent-demo-") as tmp:
         work = Path(tmp)
         tls = write_tls_files(work / "webhook", ["localhost"], ["127.0.0.1"])
-        async with SimCluster(work / "cluster", karpenter=karpenter) as cluster:
+        async with SimCluster(work / "cluster", karpenter=karpenter, provider=provider) as cluster:
             runner = await webhook_server.start(
                 webhook_server.make_app(),
                 "127.0.0.1",
@@ -290,7 +296,8 @@ class _Story:
         text = self.text
         print(
             f"gpu-intent demo: simulated cluster at {cluster.url}, webhook at https://127.0.0.1:{port}/mutate"
-            f" (timings {self.timings_name}, timeout {self.max_seconds:g}s)",
+            f" (provider {self.plan.trigger.provider.name}, timings {self.timings_name},"
+            f" timeout {self.max_seconds:g}s)",
             file=text,
         )
         wall = time.monotonic()
@@ -381,7 +388,13 @@ class _Story:
     ) -> tuple[int, dict[str, Any]]:
         text = self.text
         demand = [DemandPod(r.name, r.intent, r.pod) for r in timeline.pods.values()]
-        need = native_need(demand, nodepools, default_nodepool=self.plan.default_nodepool)
+        need = native_need(
+            demand,
+            nodepools,
+            default_nodepool=self.plan.default_nodepool,
+            catalog=catalog_for(self.plan.trigger.provider.name),
+            provider=self.plan.trigger.profile,
+        )
         claims = timeline.claims_bought()
         result = balance(claims, need)
         final_table(timeline, text)

@@ -23,10 +23,13 @@ no model, ``default_nodepool``, the NodePool the controller would use):
 - a pod of one or more whole GPUs becomes one twin of ``ceil(share)`` GPUs, as it is
   (its GPUs must be on one node);
 - a memory-only pod (GPU memory, no model) becomes one twin of ``ceil(gpus)`` whole GPUs
-  with the required node affinity ``karpenter.k8s.aws/instance-gpu-memory Gt (MiB - 1)``.
+  asking for that memory per GPU (on AWS the required node affinity
+  ``karpenter.k8s.aws/instance-gpu-memory Gt (MiB - 1)``).
 
 Each twin asks for the summed cpu and memory requests of the pods it stands for, selects
-the model on ``karpenter.k8s.aws/instance-gpu-name`` and the pool on
+the model as the cluster's Karpenter provider spells it
+(`intent.providers.model_requirements`: AWS ``karpenter.k8s.aws/instance-gpu-name: t4``, TKE
+``karpenter.k8s.tke/instance-family In [GI3X, GN7]``, ...) and the pool on
 ``karpenter.sh/nodepool`` when known, and tolerates what all its pods tolerate. A twin
 of HAMi pods (``schedulerName: hami-scheduler``) keeps that scheduler: HAMi's webhook
 sets it on every pod asking for ``nvidia.com/gpu`` (REFERENCE.md section 3), and HAMi's
@@ -48,9 +51,10 @@ from decimal import Decimal
 from typing import Any, Final
 
 from controller.packing import gpu_need
-from gpu_intent.demo.manifests import ANY_MODEL, GPU_NAME_LABEL, NODEPOOL_LABEL
+from gpu_intent.demo.manifests import ANY_MODEL, NODEPOOL_LABEL
 from intent.contract import Intent
-from intent.keys import NVIDIA_GPU
+from intent.keys import AWS_GPU_MEMORY_LABEL, NVIDIA_GPU
+from intent.providers import AWS, ProviderProfile, model_requirements
 from sim.catalog import CATALOG, InstanceType, format_quantity
 from sim.karpenter import fits
 from sim.requirements import nodepool_requirements
@@ -60,8 +64,8 @@ from sim.scheduling import pod_requests
 #: card (REFERENCE.md section 3, HAMi).
 HAMI_SPLIT_COUNT: Final = 10
 HAMI_SCHEDULER: Final = "hami-scheduler"
-#: The AWS provider's per-GPU memory label (MiB), which a memory-only twin selects by.
-GPU_MEMORY_LABEL: Final = "karpenter.k8s.aws/instance-gpu-memory"
+#: The AWS provider's per-GPU memory label (MiB), which a memory-only twin selects by there.
+GPU_MEMORY_LABEL: Final = AWS_GPU_MEMORY_LABEL
 #: Annotation on a twin pod listing the pods it stands for (``namespace/name``, commas).
 TWIN_OF_ANNOTATION: Final = "gpu-intent.io/native-twin-of"
 TWIN_IMAGE: Final = "registry.k8s.io/pause:3.10"
@@ -89,7 +93,8 @@ class Twin:
     cpu (cores) and memory (bytes) requests of ``serves`` (the `DemandPod` keys it
     stands for); ``tolerations`` those every one of them has; ``gpu_memory_mib`` (MiB
     per GPU) for a memory-only twin; ``scheduler`` its ``schedulerName`` (None: the
-    default scheduler); ``hami`` how many of its pods are HAMi pods."""
+    default scheduler); ``hami`` how many of its pods are HAMi pods; ``provider`` the
+    Karpenter provider whose labels select its model and memory."""
 
     gpus: int
     share: Decimal
@@ -101,6 +106,7 @@ class Twin:
     gpu_memory_mib: int | None = None
     scheduler: str | None = None
     hami: int = 0
+    provider: ProviderProfile = AWS
 
     def requests(self) -> dict[str, Decimal]:
         """cpu (cores), memory (bytes) and ``nvidia.com/gpu`` requests."""
@@ -126,23 +132,22 @@ class Twin:
             spec["tolerations"] = [dict(t) for t in self.tolerations]
         if self.scheduler:
             spec["schedulerName"] = self.scheduler
-        selector = {}
-        if self.model:
-            selector[GPU_NAME_LABEL] = self.model
+        selector: dict[str, str] = {}
+        terms: list[dict[str, Any]] = []
+        for r in model_requirements(self.provider, self.model, self.gpu_memory_mib):
+            if r["operator"] == "In" and len(r["values"]) == 1:
+                selector[r["key"]] = r["values"][0]
+            else:
+                terms.append(dict(r))
         if self.pool:
             selector[NODEPOOL_LABEL] = self.pool
         if selector:
             spec["nodeSelector"] = selector
-        if self.gpu_memory_mib:
-            term = {
-                "key": GPU_MEMORY_LABEL,
-                "operator": "Gt",
-                "values": [str(self.gpu_memory_mib - 1)],
-            }
+        if terms:
             spec["affinity"] = {
                 "nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [{"matchExpressions": [term]}]
+                        "nodeSelectorTerms": [{"matchExpressions": terms}]
                     }
                 }
             }
@@ -259,10 +264,12 @@ def ideal_twins(
     *,
     default_nodepool: str | None = None,
     catalog: Sequence[InstanceType] = CATALOG,
+    provider: ProviderProfile = AWS,
 ) -> Ideal:
     """The ideal twin of ``pods`` (see the module docstring). ``nodepools``: the NodePool
     objects whose instance types bound a packed twin's size (none: the whole
-    ``catalog``); ``default_nodepool``: the pool of intents that name no model."""
+    ``catalog``); ``default_nodepool``: the pool of intents that name no model;
+    ``provider``: whose labels the twins select their model by (`Twin.provider`)."""
     whole: list[Twin] = []
     others: list[Mapping[str, Any]] = []
     shared: dict[tuple[str | None, str | None], list[tuple[Decimal, DemandPod]]]
@@ -291,6 +298,7 @@ def ideal_twins(
                 gpu_memory_mib=intent.gpu_memory_mib if memory_only else None,
                 scheduler=HAMI_SCHEDULER if is_hami(demand.pod) else None,
                 hami=int(is_hami(demand.pod)),
+                provider=provider,
             )
         )
     packed: list[Twin] = []
@@ -309,6 +317,7 @@ def ideal_twins(
                     tolerations=_tolerations(members),
                     scheduler=HAMI_SCHEDULER if b.hami else None,
                     hami=b.hami,
+                    provider=provider,
                 )
             )
     return Ideal(tuple(whole + packed), tuple(others))
