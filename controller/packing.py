@@ -173,18 +173,46 @@ class TriggerCapacity:
     def __init__(self, supply: Sequence[TriggerInfo]) -> None:
         self._supply = supply
         self._buckets: dict[int, list[int]] = defaultdict(list)  # spare -> heap of indices
+        #: Spare GPUs per trigger; a bucket entry whose spare no longer matches is stale
+        #: (left by `take_from`) and skipped.
+        self._spare = [trigger.gpus for trigger in supply]
         for index, trigger in enumerate(supply):
             self._buckets[trigger.gpus].append(index)  # indices ascend: already heaps
 
+    def _head(self, spare: int) -> int | None:
+        """The first live index of bucket ``spare`` (stale entries dropped)."""
+        heap = self._buckets[spare]
+        while heap and self._spare[heap[0]] != spare:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
+
+    def _move(self, index: int, gpus: int) -> None:
+        """Take ``gpus`` of trigger ``index``'s spare GPUs."""
+        left = self._spare[index] - gpus
+        self._spare[index] = left
+        if left > 0:
+            heapq.heappush(self._buckets[left], index)
+
     def take(self, gpus: int) -> TriggerInfo | None:
+        """The first trigger (in ``supply`` order) with at least ``gpus`` spare GPUs, its
+        spare reduced by them; None when none has."""
         best: tuple[int, int] | None = None  # (index, spare)
-        for spare, heap in self._buckets.items():
-            if spare >= gpus and heap and (best is None or heap[0] < best[0]):
-                best = (heap[0], spare)
+        for spare in list(self._buckets):
+            if spare < gpus:
+                continue
+            head = self._head(spare)
+            if head is not None and (best is None or head < best[0]):
+                best = (head, spare)
         if best is None:
             return None
         index, spare = best
         heapq.heappop(self._buckets[spare])
-        if spare > gpus:
-            heapq.heappush(self._buckets[spare - gpus], index)
+        self._move(index, gpus)
         return self._supply[index]
+
+    def take_from(self, index: int, gpus: int) -> bool:
+        """Take ``gpus`` spare GPUs of trigger ``supply[index]`` itself, if it has them."""
+        if self._spare[index] < gpus:
+            return False
+        self._move(index, gpus)
+        return True

@@ -351,6 +351,7 @@ def _fill(
     work.demand[key] = sum((gpu_need(p.intent) for p in pods), Decimal(0))
     capacity = TriggerCapacity(supply)
     served: dict[PodRef, list[Bin]] = defaultdict(list)
+    pods = _stay_linked(work, supply, pods, capacity, served)
     for bin_ in sorted(pack(pods), key=lambda b: (-b.size, b.pods[0].ref)):
         holder = capacity.take(bin_.size)
         if holder is not None:
@@ -363,6 +364,39 @@ def _fill(
             continue
         work.creates.append(_new_trigger(snapshot, config, work, key, bin_))
     return served
+
+
+def _stay_linked(
+    work: _Pass,
+    supply: Sequence[TriggerInfo],
+    pods: Sequence[PendingPod],
+    capacity: TriggerCapacity,
+    served: dict[PodRef, list[Bin]],
+) -> list[PendingPod]:
+    """Pods stay with the trigger they were told of once Karpenter made a NodeClaim for
+    it (their status names it and it is linked): their bins take that trigger's GPUs
+    first, as far as it has room, so a pod is not moved from trigger to trigger (and its
+    story from NodeClaim to NodeClaim) as the group's packing changes. Returns the pods
+    left to pack."""
+    linked = {str(t.ref): i for i, t in enumerate(supply) if work.claim_of[t.ref] is not None}
+    if not linked:
+        return list(pods)
+    stay: dict[int, list[PendingPod]] = defaultdict(list)
+    rest: list[PendingPod] = []
+    for pod in pods:
+        told = pod.status.trigger if pod.status is not None else None
+        index = linked.get(told) if told else None
+        if index is None:
+            rest.append(pod)
+        else:
+            stay[index].append(pod)
+    for index, members in sorted(stay.items()):
+        for bin_ in pack(members):
+            if capacity.take_from(index, bin_.size):
+                served[supply[index].ref].append(bin_)
+            else:
+                rest.extend(bin_.pods)
+    return rest
 
 
 def _held_back(

@@ -254,7 +254,12 @@ def test_named_pool_wins_when_it_admits_the_model_and_weight_orders_otherwise() 
 def test_only_a_pool_whose_taints_the_pod_tolerates_is_chosen() -> None:
     gpu = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
     pools = [
-        nodepool("dra", models=["a100"], weight=50, taints=[gpu, {"key": "dra-only", "effect": "NoSchedule"}]),
+        nodepool(
+            "dra",
+            models=["a100"],
+            weight=50,
+            taints=[gpu, {"key": "dra-only", "effect": "NoSchedule"}],
+        ),
         nodepool("large", models=["a100"], weight=1, taints=[gpu]),
     ]
 
@@ -1032,3 +1037,22 @@ def test_model_less_and_model_groups_of_one_pool_plan_together() -> None:
         ("", 20000),
         ("t4", 0),
     ]
+
+
+def test_a_pod_stays_with_the_linked_trigger_it_was_told_of() -> None:
+    """Two halves were told Provisioning on trigger gi-t1 (linked to nc-1, 1 GPU); a
+    whole-GPU pod of the same group arrives. Packed afresh, the whole pod takes the
+    first trigger with room (gi-t1) and the halves move to a new trigger and another
+    NodeClaim's story; they stay on gi-t1 instead, and the new pod gets the new trigger."""
+    first = plan(
+        snapshot([gpu_pod("a", "0.5", model="l4"), gpu_pod("b", "0.5", model="l4")]), CONFIG
+    )
+    t1 = live_trigger(first, name="gi-t1", node_claim="nc-1")
+    told = ScaleUpStatus(PROVISIONING, "m", "gpu-intent-system/gi-t1", "nc-1").to_annotation()
+    halves = [gpu_pod(n, "0.5", model="l4", status_annotation=told) for n in ("a", "b")]
+    whole = gpu_pod("0", "1", model="l4")  # its bin sorts first: it would take gi-t1
+    claim = nodeclaim("nc-1", "gpu-standard", model="l4", launched=True, marked=["gi-t1"])
+    result = plan(snapshot([*halves, whole], triggers=[t1], claims=[claim]), CONFIG)
+    assert [sorted(r.name for r in c.serves) for c in result.creates] == [["0"]]
+    moved = [s for s in result.statuses if s.ref.name in ("a", "b")]
+    assert all(s.status.trigger == "gpu-intent-system/gi-t1" for s in moved), moved
