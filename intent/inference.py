@@ -426,12 +426,7 @@ def infer(
     dra_demand, dra_models = _dra(pod, claims, catalog, warnings, device_classes, can_serve)
     check("demand")
     if dra_demand is not None:
-        if demand is not None and demand.gpus != dra_demand.gpus:
-            warnings.append(short(
-                f"gpus: kept {format_gpus(dra_demand.gpus)} ({brief(dra_demand.source[0])}), "
-                f"not {format_gpus(demand.gpus)} ({brief(demand.source[0])})"
-            ))
-        demand, rules = dra_demand, []
+        demand, rules = _prefer_dra(dra_demand, demand, warnings), []
     if demand is None and user_gpus is None:
         return Inference(None, (), tuple(warnings))
     gpus = _gpus(user_gpus, demand, rules, warnings)
@@ -464,6 +459,19 @@ def infer(
     )
     explained = _reasons(intent, gpus, memory, choice, pool) if reasons else ()
     return Inference(intent, explained, tuple(dict.fromkeys(warnings)))
+
+
+def _prefer_dra(dra_demand: Demand, demand: Demand | None, warnings: list[str]) -> Demand:
+    """The DRA claims' demand wins over what the containers ask for (a warning when the
+    two differ)."""
+    if demand is not None and demand.gpus != dra_demand.gpus:
+        warnings.append(
+            short(
+                f"gpus: kept {format_gpus(dra_demand.gpus)} ({brief(dra_demand.source[0])}), "
+                f"not {format_gpus(demand.gpus)} ({brief(demand.source[0])})"
+            )
+        )
+    return dra_demand
 
 
 @dataclass(frozen=True, slots=True)

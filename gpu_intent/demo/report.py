@@ -368,6 +368,33 @@ def _usd(value: Decimal) -> float:
     return float(round(value, 4))
 
 
+def _pod_json(timeline: Timeline, record: PodRecord) -> dict[str, Any]:
+    """One entry of `summary_json`'s ``pods``."""
+    namespace, _, name = record.name.partition("/")
+    intent = record.intent
+    return {
+        "namespace": namespace,
+        "name": name,
+        "intent": None
+        if intent is None
+        else {
+            "gpus": float(intent.gpus),
+            "model": intent.model,
+            "pool": intent.pool,
+            "gpuMemoryMiB": intent.gpu_memory_mib,
+            "source": [str(s) for s in intent.source],
+            "annotated": record.annotated,
+        },
+        "node": record.node,
+        "nodeClaim": timeline.claim_of_node.get(record.node or "") or None,
+        "phase": record.phase or None,
+        "secondsToNode": round(record.bound_at - record.created_at, 2)
+        if record.bound_at is not None
+        else None,
+        "karpenterFailed": record.karpenter_failed,
+    }
+
+
 def summary_json(
     timeline: Timeline,
     claims: Sequence[ClaimCost],
@@ -405,33 +432,10 @@ def summary_json(
     endedAfterSeconds (the wait ended), timeoutSeconds}``, seconds from the first pod's
     creation.
     """
-    pods = []
-    for record in sorted(timeline.pods.values(), key=lambda r: r.name):
-        namespace, _, name = record.name.partition("/")
-        intent = record.intent
-        pods.append(
-            {
-                "namespace": namespace,
-                "name": name,
-                "intent": None
-                if intent is None
-                else {
-                    "gpus": float(intent.gpus),
-                    "model": intent.model,
-                    "pool": intent.pool,
-                    "gpuMemoryMiB": intent.gpu_memory_mib,
-                    "source": [str(s) for s in intent.source],
-                    "annotated": record.annotated,
-                },
-                "node": record.node,
-                "nodeClaim": timeline.claim_of_node.get(record.node or "") or None,
-                "phase": record.phase or None,
-                "secondsToNode": round(record.bound_at - record.created_at, 2)
-                if record.bound_at is not None
-                else None,
-                "karpenterFailed": record.karpenter_failed,
-            }
-        )
+    pods = [
+        _pod_json(timeline, record)
+        for record in sorted(timeline.pods.values(), key=lambda r: r.name)
+    ]
 
     def claim_json(c: ClaimCost) -> dict[str, Any]:
         return {

@@ -33,7 +33,7 @@ from gpu_intent.demo.manifests import (
     read_examples,
     webhook_configuration,
 )
-from gpu_intent.demo.need import DemandPod, balance, native_need
+from gpu_intent.demo.need import Balance, DemandPod, Need, balance, native_need
 from gpu_intent.demo.progress import Counts, StoryProgress
 from gpu_intent.demo.report import (
     PodRecord,
@@ -399,29 +399,7 @@ class _Story:
         result = balance(claims, need)
         final_table(timeline, text)
         claims_table(claims, result, text)
-        native = ", ".join(
-            f"{c.node_pool} {c.instance_type} ({c.gpus} {c.gpu_model})" for c in need.claims
-        )
-        print(f"\nGPUs needed:      {format_models(result.gpus_needed)}", file=text)
-        print(
-            f"GPUs lower bound: {format_models(result.gpus_lower_bound)} (the ideal native"
-            " twin: shared pods packed first-fit-decreasing into whole GPUs)",
-            file=text,
-        )
-        print(f"GPUs provisioned: {format_models(result.gpus_bought)}", file=text)
-        print(
-            f"NodeClaims created: {result.claims_bought}; for the ideal native twin:"
-            f" {result.claims_native} ({native or 'none'})",
-            file=text,
-        )
-        print(
-            f"Instance cost: ${usd_for_people(result.cost_bought)}/h bought;"
-            f" ${usd_for_people(result.cost_native)}/h for the ideal native twin"
-            " (sim catalog, on-demand)",
-            file=text,
-        )
-        for twin, message in need.unplaced.items():
-            print(f"native twin {twin} fits no NodePool: {message}", file=text)
+        _print_balance(text, result, need)
         print(f"trigger pods left: {triggers_left}", file=text)
         warnings = [
             f"task {name} ignored a cancellation and had to be cancelled again"
@@ -438,20 +416,7 @@ class _Story:
                 f"NodeClaim(s) neither launched nor gone within the timeout: {', '.join(unsettled)}"
             )
         if self.with_controller:
-            pending = sorted(r.name for r in timeline.pods.values() if not r.node)
-            if len(timeline.pods) != expected:
-                problems.append(f"saw {len(timeline.pods)} of {expected} example pods")
-            if pending:
-                problems.append(f"pods without a node: {', '.join(pending)}")
-            if unclosed := _unclosed(timeline):
-                problems.append(f"bound pods whose status was not closed: {', '.join(unclosed)}")
-            if misnamed := _misnamed(timeline):
-                problems.append(
-                    "bound pods whose Scheduled status does not name the NodeClaim they run "
-                    f"on: {', '.join(misnamed)}"
-                )
-            if triggers_left:
-                problems.append(f"{triggers_left} trigger pod(s) left")
+            problems += _story_problems(timeline, expected, triggers_left)
             ok = not problems
             print(
                 "\nOK: every GPU pod got a node and a closed status naming its NodeClaim, no trigger"
@@ -494,6 +459,56 @@ class _Story:
             },
         )
         return (0 if ok else 1), summary
+
+
+def _print_balance(text: TextIO, result: Balance, need: Need) -> None:
+    """The GPUs and cost lines under the tables: needed, lower bound, provisioned,
+    NodeClaims and cost against the ideal native twin."""
+    native = ", ".join(
+        f"{c.node_pool} {c.instance_type} ({c.gpus} {c.gpu_model})" for c in need.claims
+    )
+    print(f"\nGPUs needed:      {format_models(result.gpus_needed)}", file=text)
+    print(
+        f"GPUs lower bound: {format_models(result.gpus_lower_bound)} (the ideal native"
+        " twin: shared pods packed first-fit-decreasing into whole GPUs)",
+        file=text,
+    )
+    print(f"GPUs provisioned: {format_models(result.gpus_bought)}", file=text)
+    print(
+        f"NodeClaims created: {result.claims_bought}; for the ideal native twin:"
+        f" {result.claims_native} ({native or 'none'})",
+        file=text,
+    )
+    print(
+        f"Instance cost: ${usd_for_people(result.cost_bought)}/h bought;"
+        f" ${usd_for_people(result.cost_native)}/h for the ideal native twin"
+        " (sim catalog, on-demand)",
+        file=text,
+    )
+    for twin, message in need.unplaced.items():
+        print(f"native twin {twin} fits no NodePool: {message}", file=text)
+
+
+def _story_problems(timeline: Timeline, expected: int, triggers_left: int) -> list[str]:
+    """What keeps a story with the controller from ending well: example pods not seen,
+    pods without a node, bound pods whose status is not closed or names another
+    NodeClaim, triggers left."""
+    problems = []
+    pending = sorted(r.name for r in timeline.pods.values() if not r.node)
+    if len(timeline.pods) != expected:
+        problems.append(f"saw {len(timeline.pods)} of {expected} example pods")
+    if pending:
+        problems.append(f"pods without a node: {', '.join(pending)}")
+    if unclosed := _unclosed(timeline):
+        problems.append(f"bound pods whose status was not closed: {', '.join(unclosed)}")
+    if misnamed := _misnamed(timeline):
+        problems.append(
+            "bound pods whose Scheduled status does not name the NodeClaim they run "
+            f"on: {', '.join(misnamed)}"
+        )
+    if triggers_left:
+        problems.append(f"{triggers_left} trigger pod(s) left")
+    return problems
 
 
 def _unclosed(timeline: Timeline) -> list[str]:
