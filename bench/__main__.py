@@ -19,6 +19,7 @@ from bench import (
     faults,
     planner,
     scaleup_time,
+    statuses,
     steady,
     webhook,
     webhook_bodies,
@@ -54,6 +55,8 @@ def main() -> None:
     burst.run()
     print("\n== exact scale-up: cost (bench/cost.py) ==")
     cost.run()
+    print("\n== status truth at scale (bench/statuses.py) ==")
+    statuses.main(["--pods", "300"] if args.quick else [])
     print("\n== exact scale-up: time to a node (bench/scaleup_time.py) ==")
     if args.quick:
         scaleup_time.run(QUICK_TIME_SCALE, burst=False)
