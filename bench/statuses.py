@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import tempfile
 import time
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bench import cost, scaleup_time
+from controller.model import ScaleUpStatus
 from intent.contract import ANNOTATION_SCALE_UP, Phase
 from sim import store as sim_store
 from sim.cluster import SimCluster
@@ -58,14 +58,8 @@ OPEN_REASONS: Final = frozenset({"Triggered", "Provisioning", "NodeReady"})
 
 def _phase(pod: dict[str, Any]) -> str | None:
     raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_SCALE_UP)
-    if not raw:
-        return None
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return None
-    phase = data.get("phase") if isinstance(data, dict) else None
-    return phase if isinstance(phase, str) else None
+    status = ScaleUpStatus.from_annotation(raw)
+    return str(status.phase) if status is not None else None
 
 
 class StatusTimer:

@@ -3,7 +3,7 @@
 A purely computational module: no I/O, no awaits. `intent.demand.read_demand` calls
 `read_layers` between tensor-fusion and whole devices. Each layer of `LAYERS` names the
 resources its device plugin advertises, their units and where that is written (repo and
-path, from docs/docs/sources/ecosystem.md); `Source(<layer>, <resource>)` tokens name what was read.
+path, from docs/sources/ecosystem.md); `Source(<layer>, <resource>)` tokens name what was read.
 
 **Reading one container of a layer** (table fields in brackets):
 
@@ -85,7 +85,7 @@ class Layer:
 _PERCENT: Final = Decimal(100)
 
 #: The layers, in the order read (the first that gives demand wins, after HAMi, KAI and
-#: tensor-fusion). Sources: docs/docs/sources/ecosystem.md-ecosystem.md part A.
+#: tensor-fusion). Sources: docs/sources/ecosystem.md part A.
 LAYERS: Final = (
     Layer(
         "volcano", ("volcano.sh/vgpu-number",),

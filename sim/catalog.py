@@ -227,10 +227,11 @@ def offering_requirements() -> tuple[Requirements, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class _Gpu:
-    """One GPU model: the AWS label spelling and memory (``instance-gpu-memory``, MiB),
-    the GFD product string and memory (``nvidia.com/gpu.memory``, MiB), the GFD
-    architecture family and compute capability."""
+class GpuSpec:
+    """One GPU model: its canonical name (the AWS label spelling; `sim.providers` spells
+    it per provider) and memory (``instance-gpu-memory``, MiB), the GFD product string and
+    memory (``nvidia.com/gpu.memory``, MiB), the GFD architecture family and compute
+    capability."""
 
     name: str
     memory_mib: int
@@ -240,16 +241,16 @@ class _Gpu:
     compute: tuple[int, int]
 
 
-_T4 = _Gpu("t4", 16384, "Tesla-T4", 15360, "turing", (7, 5))
-_A10G = _Gpu("a10g", 22888, "NVIDIA-A10G", 23028, "ampere", (8, 6))
-_L4 = _Gpu("l4", 22888, "NVIDIA-L4", 23034, "ada-lovelace", (8, 9))
+_T4 = GpuSpec("t4", 16384, "Tesla-T4", 15360, "turing", (7, 5))
+_A10G = GpuSpec("a10g", 22888, "NVIDIA-A10G", 23028, "ampere", (8, 6))
+_L4 = GpuSpec("l4", 22888, "NVIDIA-L4", 23034, "ada-lovelace", (8, 9))
 # L40S and H100 SXM: GFD memory from public nvidia-smi output (approximate).
-_L40S = _Gpu("l40s", 45776, "NVIDIA-L40S", 46068, "ada-lovelace", (8, 9))
-_A100_40GB = _Gpu("a100", 40960, "NVIDIA-A100-SXM4-40GB", 40960, "ampere", (8, 0))
+_L40S = GpuSpec("l40s", 45776, "NVIDIA-L40S", 46068, "ada-lovelace", (8, 9))
+_A100_40GB = GpuSpec("a100", 40960, "NVIDIA-A100-SXM4-40GB", 40960, "ampere", (8, 0))
 # The 80 GB A100 has the same AWS name ``a100``: only ``instance-gpu-memory`` (81920 on
 # p4de.24xlarge, 40960 on p4d.24xlarge) tells them apart (instance-types.md).
-_A100_80GB = _Gpu("a100", 81920, "NVIDIA-A100-SXM4-80GB", 81920, "ampere", (8, 0))
-_H100 = _Gpu("h100", 81920, "NVIDIA-H100-80GB-HBM3", 81559, "hopper", (9, 0))
+_A100_80GB = GpuSpec("a100", 81920, "NVIDIA-A100-SXM4-80GB", 81920, "ampere", (8, 0))
+_H100 = GpuSpec("h100", 81920, "NVIDIA-H100-80GB-HBM3", 81559, "hopper", (9, 0))
 
 
 _GPUS: Final = (_T4, _A10G, _L4, _L40S, _A100_40GB, _A100_80GB, _H100)
@@ -280,7 +281,7 @@ def _gpu_type(
     cpu_vendor: str,
     nvme_gb: int,
     gpus: int,
-    gpu: _Gpu,
+    gpu: GpuSpec,
 ) -> InstanceType:
     """A GPU instance type; family, category, generation and size come from ``name``
     (``g6e.xlarge``: family g6e, category g, generation 6, size xlarge)."""

@@ -27,13 +27,12 @@ provider: only labels, GPUs and prices differ. GPU Feature Discovery labels
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Final
 
 from intent import keys
 from intent.providers import AZURE
-from sim.catalog import CATALOG, InstanceType
+from sim.catalog import CATALOG, GpuSpec, InstanceType
 
 __all__ = [
     "ALL_INSTANCE_TYPES",
@@ -49,31 +48,17 @@ __all__ = [
 _MAX_PODS: Final = 110
 
 
-@dataclass(frozen=True, slots=True)
-class _Gpu:
-    """One GPU: canonical model, memory per GPU (the variant's figure in
-    intent/catalog.yaml), GFD product and memory (MiB NVML reports), architecture family
-    and compute capability."""
-
-    model: str
-    memory_mib: int
-    product: str
-    gfd_memory_mib: int
-    family: str
-    compute: tuple[int, int]
-
-
-_T4 = _Gpu("t4", 16384, "Tesla-T4", 15360, "turing", (7, 5))
-_A10 = _Gpu("a10", 24576, "NVIDIA-A10", 23028, "ampere", (8, 6))
-_L4 = _Gpu("l4", 22888, "NVIDIA-L4", 23034, "ada-lovelace", (8, 9))
-_V100_32GB = _Gpu("v100", 32768, "Tesla-V100-SXM2-32GB", 32510, "volta", (7, 0))
-_A100_40GB = _Gpu("a100", 40960, "NVIDIA-A100-SXM4-40GB", 40960, "ampere", (8, 0))
-_A100_80GB = _Gpu("a100", 81920, "NVIDIA-A100-SXM4-80GB", 81920, "ampere", (8, 0))
-_A100_80GB_PCIE = _Gpu("a100", 81920, "NVIDIA-A100-80GB-PCIe", 81920, "ampere", (8, 0))
-_H100 = _Gpu("h100", 81920, "NVIDIA-H100-80GB-HBM3", 81559, "hopper", (9, 0))
+_T4 = GpuSpec("t4", 16384, "Tesla-T4", 15360, "turing", (7, 5))
+_A10 = GpuSpec("a10", 24576, "NVIDIA-A10", 23028, "ampere", (8, 6))
+_L4 = GpuSpec("l4", 22888, "NVIDIA-L4", 23034, "ada-lovelace", (8, 9))
+_V100_32GB = GpuSpec("v100", 32768, "Tesla-V100-SXM2-32GB", 32510, "volta", (7, 0))
+_A100_40GB = GpuSpec("a100", 40960, "NVIDIA-A100-SXM4-40GB", 40960, "ampere", (8, 0))
+_A100_80GB = GpuSpec("a100", 81920, "NVIDIA-A100-SXM4-80GB", 81920, "ampere", (8, 0))
+_A100_80GB_PCIE = GpuSpec("a100", 81920, "NVIDIA-A100-80GB-PCIe", 81920, "ampere", (8, 0))
+_H100 = GpuSpec("h100", 81920, "NVIDIA-H100-80GB-HBM3", 81559, "hopper", (9, 0))
 # H100 NVL (94 GB): KAITO pkg/sku/azure_sku_handler.go lists NC40ads_H100_v5 at 94 GiB; its
 # own model in intent/catalog.yaml, though Azure names it ``H100`` (`intent.providers.AZURE`).
-_H100_NVL = _Gpu("h100-nvl", 96256, "NVIDIA-H100-NVL", 95830, "hopper", (9, 0))
+_H100_NVL = GpuSpec("h100-nvl", 96256, "NVIDIA-H100-NVL", 95830, "hopper", (9, 0))
 
 
 def _instance(
@@ -84,7 +69,7 @@ def _instance(
     price: str,
     labels: Mapping[str, str],
     gpus: int = 0,
-    gpu: _Gpu | None = None,
+    gpu: GpuSpec | None = None,
 ) -> InstanceType:
     """An instance type of ``provider`` with its own ``labels``."""
     family = name.split(".")[0] if provider == "tke" else name.split("-")[0]
@@ -100,7 +85,7 @@ def _instance(
         max_pods=_MAX_PODS,
         cpu_manufacturer="amd" if provider == "azure" else "intel",
         gpu_count=gpus if gpu else 0,
-        gpu_name=gpu.model if gpu else "",
+        gpu_name=gpu.name if gpu else "",
         gpu_memory_mib=gpu.memory_mib if gpu else 0,
         gpu_product=gpu.product if gpu else "",
         gfd_memory_mib=gpu.gfd_memory_mib if gpu else 0,
@@ -112,7 +97,7 @@ def _instance(
 
 
 def _azure(
-    name: str, cpu: int, memory_gib: int, price: str, gpus: int = 0, gpu: _Gpu | None = None
+    name: str, cpu: int, memory_gib: int, price: str, gpus: int = 0, gpu: GpuSpec | None = None
 ) -> InstanceType:
     """An Azure VM size: ``sku-name``, ``sku-family`` (the letter after ``Standard_``),
     ``sku-cpu``, ``sku-memory`` (GiB), ``sku-gpu-count``, and for GPU sizes
@@ -125,7 +110,7 @@ def _azure(
         keys.AZURE_GPU_COUNT_LABEL: str(gpus if gpu else 0),
     }
     if gpu:
-        labels[keys.AZURE_GPU_NAME_LABEL] = AZURE.name_values(gpu.model)[0]
+        labels[keys.AZURE_GPU_NAME_LABEL] = AZURE.name_values(gpu.name)[0]
         labels[keys.AZURE_GPU_MANUFACTURER_LABEL] = "nvidia"
     return _instance("azure", name, cpu, memory_gib, price, labels, gpus, gpu)
 
@@ -136,7 +121,7 @@ def _gcp(
     memory_gib: int,
     price: str,
     gpus: int = 0,
-    gpu: _Gpu | None = None,
+    gpu: GpuSpec | None = None,
     accelerator: str = "",
 ) -> InstanceType:
     """A GCE machine type: ``instance-family`` (``a2``), ``-cpu``, ``-memory`` (MiB), and
@@ -155,7 +140,7 @@ def _gcp(
 
 
 def _tke(
-    name: str, cpu: int, memory_gib: int, price: str, gpus: int = 0, gpu: _Gpu | None = None
+    name: str, cpu: int, memory_gib: int, price: str, gpus: int = 0, gpu: GpuSpec | None = None
 ) -> InstanceType:
     """A CVM instance type: ``instance-family`` (the part before the dot), ``-cpu``,
     ``-memory-gb``; no GPU label."""
