@@ -53,8 +53,9 @@ from controller.model import Requirement
 from controller.nodes import NodePoolInfo
 from intent.contract import Intent
 
-#: The sharing layers, as `intent.contract.Source.where` names them.
-LAYERS: Final = ("hami", "kai", "tensor-fusion", "dra")
+#: The sharing layers, as `intent.contract.Source.where` names them (`intent.sharing`
+#: reads the last five).
+LAYERS: Final = ("hami", "kai", "tensor-fusion", "dra", "volcano", "aliyun", "qgpu", "vcuda", "mig")
 
 #: Labels GPU agents put on every NVIDIA GPU node once it has joined, with their value:
 #: the GPU Operator's ``commonGPULabelKey`` (NVIDIA/gpu-operator
@@ -77,6 +78,23 @@ _WHERE: Final[Mapping[str, tuple[str, str]]] = {
         "where NVIDIA's DRA kubelet plugin runs",
         "the GPU Operator's nvidia.com/gpu.deploy.device-plugin switch",
     ),
+    "volcano": (
+        "where Volcano's vGPU device plugin runs",
+        "its DaemonSet, on every node by default",
+    ),
+    "aliyun": (
+        "where Alibaba's gpushare device plugin runs",
+        "its DaemonSet's nodeSelector gpushare=true",
+    ),
+    "qgpu": ("where TKE's qGPU device plugin runs", "the label TKE puts on qGPU nodes"),
+    "vcuda": (
+        "where tkestack's gpu-manager runs",
+        "its DaemonSet's nodeSelector nvidia-device-enable=enable",
+    ),
+    "mig": (
+        "where the GPU Operator's MIG manager has split the GPUs",
+        "the nvidia.com/mig.config label, a mig-parted profile such as all-1g.5gb",
+    ),
 }
 
 Requirements = tuple[Requirement, ...]
@@ -92,6 +110,24 @@ class Placements:
     kai: Requirements = (Requirement("gpu", "NotIn", ("on",)),)
     tensor_fusion: Requirements = (Requirement("nvidia.com/gpu.present", "In", ("true",)),)
     dra: Requirements = (Requirement("nvidia.com/gpu.deploy.device-plugin", "In", ("false",)),)
+    #: volcano-vgpu-device-plugin's DaemonSet has no node selector (its chart's
+    #: ``nodeSelector: {}``): any NVIDIA GPU node, as for tensor-fusion.
+    volcano: Requirements = (Requirement("nvidia.com/gpu.present", "In", ("true",)),)
+    #: gpushare-device-plugin ``device-plugin-ds.yaml`` ``nodeSelector: gpushare: "true"``.
+    aliyun: Requirements = (Requirement("gpushare", "In", ("true",)),)
+    #: TKE labels every qGPU node ``qgpu-device-enable=enable``, its DaemonSet's selector.
+    qgpu: Requirements = (Requirement("qgpu-device-enable", "In", ("enable",)),)
+    #: tkestack gpu-manager ``gpu-manager.yaml`` ``nodeSelector: nvidia-device-enable: enable``.
+    vcuda: Requirements = (Requirement("nvidia-device-enable", "In", ("enable",)),)
+    #: A MIG slice (``nvidia.com/mig-<profile>``) runs only where the GPU Operator's MIG
+    #: manager split the GPUs: a node whose ``nvidia.com/mig.config`` names a mig-parted
+    #: profile (the label a NodePool's template sets; ``all-disabled`` is the operator's
+    #: default, gpu-operator ``migConfigDisabledValue``). Sources: docs/sources/placement.md
+    #: section 1 (MIG).
+    mig: Requirements = (
+        Requirement("nvidia.com/mig.config", "Exists", ()),
+        Requirement("nvidia.com/mig.config", "NotIn", ("all-disabled",)),
+    )
 
     def of(self, layer: str) -> Requirements:
         """The placement of ``layer`` (one of `LAYERS`)."""

@@ -3,6 +3,7 @@ and its flag, pool resolution, the triggers, the free GPUs of new nodes, the met
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -113,7 +114,7 @@ def test_the_flag_replaces_one_layer_and_keeps_the_others() -> None:
     assert got.kai == ()
     assert (got.tensor_fusion, got.dra) == (Placements().tensor_fusion, Placements().dra)
     with pytest.raises(SystemExit):
-        cli.build_parser().parse_args(["controller", "--placement", "mig=gpu=on"])
+        cli.build_parser().parse_args(["controller", "--placement", "nvlink=gpu=on"])
 
 
 # -- pool resolution ---------------------------------------------------------------------
@@ -233,3 +234,54 @@ def test_a_hami_pod_is_not_told_node_ready_on_a_node_without_gpu_on() -> None:
     claims = {"plain": plain, "hami": hami}
     _, placed = place_on_free([pod], key, free, claims, CONFIG.trigger.profile)
     assert [c.name for _, c in placed] == ["hami"]
+
+
+def inferred_pod(name: str, resources: dict[str, str]) -> dict[str, Any]:
+    """A pending Unschedulable pod asking for ``resources`` (limits), annotated with the
+    intent the webhook's inference writes for it."""
+    from intent.inference import infer_intent
+
+    pod: dict[str, Any] = {
+        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}"},
+        "spec": {
+            "containers": [{"name": "c", "image": "x", "resources": {"limits": resources}}],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        },
+    }
+    intent = infer_intent(pod)
+    assert intent is not None
+    template = gpu_pod(name, "1")
+    template["metadata"]["annotations"] = intent.to_annotations()
+    template["spec"]["containers"] = pod["spec"]["containers"]
+    return template
+
+
+@pytest.mark.parametrize(
+    ("resources", "layer", "label"),
+    [
+        ({"nvidia.com/mig-1g.5gb": "1"}, "mig", "nvidia.com/mig.config"),
+        ({"aliyun.com/gpu-mem": "8"}, "aliyun", "gpushare=true"),
+        ({"tencent.com/vcuda-core": "50"}, "vcuda", "nvidia-device-enable=enable"),
+    ],
+)
+def test_a_layer_the_inference_reads_buys_nothing_where_its_device_plugin_cannot_run(
+    resources: dict[str, str], layer: str, label: str
+) -> None:
+    """A MIG slice, a gpushare or a vcuda pod now gets an intent; on pools whose nodes
+    cannot run its device plugin it is Unresolvable, naming the label, and nothing is
+    bought (a whole GPU on a plain node would serve it nothing)."""
+    pools = [STANDARD, LARGE, HAMI, DRA]
+    snap = snapshot([inferred_pod("p", resources)], pools)
+    result = plan(snap, replace(CONFIG, default_nodepool="gpu-standard"))
+    assert result.creates == ()
+    [told] = result.statuses
+    assert told.status.phase == Phase.UNRESOLVABLE
+    assert label in told.status.message and f"--placement {layer}=" in told.status.message
+
+
+def test_a_gpushare_pod_gets_a_trigger_on_the_pool_labelled_for_it() -> None:
+    gpushare = labelled(nodepool("gpu-share", models=["t4", "v100"]), {"gpushare": "true"})
+    snap = snapshot([inferred_pod("p", {"aliyun.com/gpu-mem": "8"})], [STANDARD, gpushare])
+    [create] = plan(snap, replace(CONFIG, default_nodepool="gpu-share")).creates
+    assert create.group.pool == "gpu-share"
+    assert create.body["spec"]["nodeSelector"]["gpushare"] == "true"  # type: ignore[index]

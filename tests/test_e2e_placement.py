@@ -71,3 +71,39 @@ async def test_an_80gb_a100_pod_gets_a_p4de_not_a_p4d(running: tuple[Env, NodeCl
     labels = claim["metadata"]["labels"]
     assert labels["node.kubernetes.io/instance-type"] == "p4de.24xlarge"
     assert labels["karpenter.k8s.aws/instance-gpu-memory"] == "81920"
+
+
+async def test_a_mig_slice_pod_buys_nothing_where_no_nodepool_makes_mig_nodes(
+    running: tuple[Env, NodeClaimCount],
+) -> None:
+    """A pod asking for one ``nvidia.com/mig-1g.5gb`` slice gets an intent (1/7 of an
+    A100); no example NodePool sets ``nvidia.com/mig.config``, so a whole A100 bought on a
+    plain node would never advertise the slice: nothing is bought, and the pod is told
+    why."""
+    env, count = running
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "slice", "namespace": "ml"},
+        "spec": {
+            "tolerations": [GPU_TOLERATION],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "example.registry/infer:1",
+                    "resources": {"limits": {"nvidia.com/mig-1g.5gb": "1"}},
+                }
+            ],
+        },
+    }
+    await apply(env.api, pod)
+
+    async def unresolvable() -> str | None:
+        status = await status_of(env, "ml", "slice")
+        return status.message if status is not None and status.phase == "Unresolvable" else None
+
+    message = await eventually(unresolvable, 20)
+    assert "nvidia.com/mig.config" in message and "--placement mig=" in message
+    await settled(env)
+    assert count.created == {}
+    assert await env.pods("gpu-intent-system") == []
