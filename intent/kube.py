@@ -263,9 +263,8 @@ def object_path(
 
 def _core_path(plural: str, namespace: str, name: str | None = None) -> str:
     """``/api/v1/namespaces/<namespace>/<plural>[/<name>]`` (a core/v1 resource, e.g.
-    ``pods``, ``events``), namespace and name percent-encoded."""
-    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/{plural}"
-    return f"{path}/{quote(name, safe='')}" if name is not None else path
+    ``pods``, ``events``): `object_path` of a namespaced core kind."""
+    return object_path("v1", plural, name, namespace)
 
 
 class ApiErrorCounter(Protocol):
@@ -613,18 +612,9 @@ class Kube:
 
     async def get_pod(self, namespace: str, name: str) -> Obj | None:
         """The pod as the API server has it now, or None when it does not exist."""
-        try:
-            return await self._call(
-                "get",
-                f"reading pod {namespace}/{name}",
-                self.core.read_namespaced_pod,
-                name,
-                namespace,
-            )
-        except KubeError as e:
-            if e.not_found:
-                return None
-            raise
+        return await self.get(
+            _core_path("pods", namespace, name), f"reading pod {namespace}/{name}"
+        )
 
     async def create_pod(self, namespace: str, body: Mapping[str, Any]) -> Obj:
         """Create the pod ``body`` in ``namespace``; the pod as created."""
@@ -748,18 +738,8 @@ class Kube:
 
     async def get_lease(self, namespace: str, name: str) -> Obj | None:
         """The ``coordination.k8s.io/v1`` Lease, or None when it does not exist."""
-        try:
-            return await self._call(
-                "get",
-                f"reading lease {namespace}/{name}",
-                self.coordination.read_namespaced_lease,
-                name,
-                namespace,
-            )
-        except KubeError as e:
-            if e.not_found:
-                return None
-            raise
+        path = object_path("coordination.k8s.io/v1", "leases", name, namespace)
+        return await self.get(path, f"reading lease {namespace}/{name}")
 
     async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> Obj:
         """Create a Lease; `KubeError` ``conflict`` (409 AlreadyExists) when another

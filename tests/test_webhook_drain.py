@@ -21,6 +21,7 @@ from webhook_support import (
     read_answer,
     request_bytes,
     until_listening,
+    until_refused,
 )
 
 from certs import TLSFiles, write_tls_files
@@ -82,17 +83,7 @@ async def test_stop_turns_readyz_503_and_keeps_serving_for_the_drain_window(
         await new_writer.drain()
 
         # After the window: new connections are refused.
-        deadline = stopped_at + drain + 5.0
-        while True:
-            try:
-                _, probe = await connect(port, client)
-                probe.close()
-            except ConnectionRefusedError:
-                break
-            except OSError:  # accepted in the backlog as the listener closed: reset
-                pass
-            assert time.monotonic() < deadline, "the listener never closed"
-            await asyncio.sleep(0.05)
+        await until_refused(port, client, deadline=stopped_at + drain + 5.0)
         assert time.monotonic() - stopped_at >= drain * 0.95
         assert not task.done()
 

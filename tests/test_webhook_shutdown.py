@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from webhook_support import closed_by_peer, connect, get, load, read_answer, request_bytes
+from webhook_support import (
+    closed_by_peer,
+    connect,
+    get,
+    load,
+    read_answer,
+    request_bytes,
+    until_refused,
+)
 
 from certs import write_tls_files
 
@@ -105,17 +113,8 @@ async def test_sigterm_finishes_requests_in_progress_then_exits(webhook: Process
     assert (await read_answer(reader_b)).status == 200
 
     webhook.proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 5.0
-    while True:  # the signal reaches the process asynchronously: until it stops accepting
-        try:
-            _, probe = await connect(webhook.port, webhook.client)
-            probe.close()
-        except ConnectionRefusedError:
-            break
-        except OSError:  # accepted in the backlog as the listener closed: reset
-            pass
-        assert time.monotonic() < deadline, "the listener never closed"
-        await asyncio.sleep(0.02)
+    # The signal reaches the process asynchronously: wait until it stops accepting.
+    await until_refused(webhook.port, webhook.client, deadline=time.monotonic() + 5.0)
     assert await closed_by_peer(reader_b, within=3.0)  # idle: closed
     assert webhook.proc.returncode is None  # still finishing A's request
 

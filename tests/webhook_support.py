@@ -104,6 +104,22 @@ async def until_listening(port: int, context: ssl.SSLContext, within: float = 10
             await asyncio.sleep(0.025)
 
 
+async def until_refused(port: int, context: ssl.SSLContext, deadline: float) -> None:
+    """Wait (polling, until monotonic time ``deadline``) until connections to ``port``
+    are refused: the server closed its listener. A connect accepted in the backlog just
+    as the listener closed is reset (another `OSError`) and tried again."""
+    while True:
+        try:
+            _, probe = await connect(port, context)
+            probe.close()
+        except ConnectionRefusedError:
+            return
+        except OSError:  # accepted in the backlog as the listener closed: reset
+            pass
+        assert time.monotonic() < deadline, "the listener never closed"
+        await asyncio.sleep(0.02)
+
+
 async def until(check: Callable[[], object], within: float = 10.0, what: str = "") -> None:
     """Wait (polling every 10 ms, at most ``within`` seconds) until ``check()`` is truthy:
     for a condition only observable from outside (a counter, a server's state)."""
