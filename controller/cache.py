@@ -431,14 +431,20 @@ class InformerCache:
 
     def nodeclaims(self) -> dict[str, NodeClaimInfo]:
         """The cached NodeClaims, parsed, by name, each with the GPU devices the
-        ResourceSlices of its node publish (`NodeClaimInfo.devices`, DRA)."""
+        ResourceSlices of its node publish (`NodeClaimInfo.devices`, DRA) and what a
+        sharing device plugin advertises on its node (`NodeClaimInfo.advertised`)."""
         claims = self._by_name(Kind.NODECLAIMS, parse_nodeclaim)
-        if not self._objects[Kind.RESOURCESLICES]:
+        devices = self.node_devices() if self._objects[Kind.RESOURCESLICES] else {}
+        plugins = {name: node.advertised for name, node in self.nodes().items() if node.advertised}
+        if not devices and not plugins:
             return claims
-        devices = self.node_devices()
         return {
-            name: dataclasses.replace(claim, devices=devices[claim.node_name])
-            if claim.node_name in devices
+            name: dataclasses.replace(
+                claim,
+                devices=devices.get(claim.node_name, 0),
+                advertised=plugins.get(claim.node_name, ()),
+            )
+            if claim.node_name in devices or claim.node_name in plugins
             else claim
             for name, claim in claims.items()
         }

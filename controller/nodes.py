@@ -27,6 +27,34 @@ from controller.model import (
 )
 from intent.contract import IntentError, is_label_value, parse_gpus
 from intent.keys import KARPENTER_API_VERSION, KARPENTER_GROUP, NVIDIA_GPU
+from intent.quantity import quantity_or_reason
+from intent.sharing import LAYERS, MIG_PREFIX
+
+#: The extended resources a GPU-sharing device plugin advertises on a node in place of
+#: ``nvidia.com/gpu`` (`intent.sharing.LAYERS`, docs/sources/ecosystem.md part A): Volcano's
+#: vGPU plugin (``volcano.sh/vgpu-number``), gpushare (``aliyun.com/gpu-mem``), qGPU,
+#: vcuda; NVIDIA's MIG slices (``nvidia.com/mig-<profile>``, mixed strategy) by prefix.
+PLUGIN_RESOURCES: frozenset[str] = frozenset(
+    key for layer in LAYERS if not layer.refuse for key in layer.keys
+)
+
+
+def plugin_resource(name: str) -> bool:
+    """Whether extended resource ``name`` is one a GPU-sharing device plugin advertises
+    instead of ``nvidia.com/gpu`` (`PLUGIN_RESOURCES`, or a MIG slice)."""
+    return name in PLUGIN_RESOURCES or name.startswith(MIG_PREFIX)
+
+
+def advertised(allocatable: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The `plugin_resource` entries of a Node's ``status.allocatable`` that are not
+    zero, sorted: ``(("nvidia.com/mig-1g.5gb", "7"),)``. Pure."""
+    found = []
+    for name, value in allocatable.items():
+        if isinstance(name, str) and plugin_resource(name) and isinstance(value, str | int):
+            amount = quantity_or_reason(value)
+            if isinstance(amount, Decimal) and amount > 0:
+                found.append((name, str(value)))
+    return tuple(sorted(found))
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +111,9 @@ class NodeClaimInfo:
     #: GPU devices the DRA ResourceSlices of its node publish (`controller.dra`), 0
     #: when none.
     devices: int = 0
+    #: What a GPU-sharing device plugin advertises on its node in place of
+    #: ``nvidia.com/gpu`` (`advertised`; `NodeInfo.advertised`), empty when nothing.
+    advertised: tuple[tuple[str, str], ...] = ()
 
     @property
     def gpus(self) -> Decimal:
@@ -91,20 +122,30 @@ class NodeClaimInfo:
 
     @property
     def ready(self) -> bool:
-        """Its capacity is usable: ``Ready`` True, or (DRA) registered with its node's
-        ResourceSlices publishing GPU devices. On a DRA node the device plugin's
-        ``nvidia.com/gpu`` never registers, so Karpenter's ``Initialized`` stays Unknown
-        (``ResourceNotRegistered``, karpenter pkg/controllers/nodeclaim/lifecycle/
-        initialization.go) and ``Ready`` never turns True, though the GPUs are there for
-        pods that claim them (REFERENCE.md section 7)."""
+        """Its capacity is usable: ``Ready`` True, or registered with its node offering
+        the GPUs another way: ResourceSlices publishing GPU devices (DRA), or a sharing
+        layer's device plugin advertising its own resources (`advertised`: Volcano vGPU,
+        gpushare, MIG slices). On such a node ``nvidia.com/gpu`` never registers, so
+        Karpenter's ``Initialized`` stays Unknown (``ResourceNotRegistered``, karpenter
+        pkg/controllers/nodeclaim/lifecycle/initialization.go ``RequestedResourcesRegistered``)
+        and ``Ready`` never turns True, though the GPUs are there for the layer's pods
+        (REFERENCE.md sections 1 and 7)."""
         if self.conditions.get("Ready") == "True":
             return True
-        return self.devices > 0 and self.conditions.get("Registered") == "True"
+        return bool(self.devices > 0 or self.advertised) and (
+            self.conditions.get("Registered") == "True"
+        )
 
     @property
     def dra_ready(self) -> bool:
         """`ready` only by its ResourceSlices (Karpenter's ``Ready`` is not True)."""
-        return self.ready and self.conditions.get("Ready") != "True"
+        return self.ready and self.devices > 0 and self.conditions.get("Ready") != "True"
+
+    @property
+    def plugin_ready(self) -> bool:
+        """`ready` only by what a sharing device plugin advertises (`advertised`),
+        Karpenter's ``Ready`` not True and no DRA devices."""
+        return self.ready and not self.devices and self.conditions.get("Ready") != "True"
 
     @property
     def launched(self) -> bool:
@@ -131,6 +172,9 @@ class NodeInfo:
     #: The NodeClaim that owns it (its ``karpenter.sh`` NodeClaim ownerReference, which
     #: Karpenter's registration sets), None when it has none.
     claim: str | None = None
+    #: What a GPU-sharing device plugin advertises on it in place of ``nvidia.com/gpu``
+    #: (`advertised`).
+    advertised: tuple[tuple[str, str], ...] = ()
 
 
 def _owner_claim(meta: Mapping[str, Any]) -> str | None:
@@ -158,8 +202,8 @@ def node_label_value(name: str) -> str:
 
 def slim_node(obj: Mapping[str, Any]) -> dict[str, Any]:
     """What the node cache keeps: name, resourceVersion, the pool and `NODE_LABEL`
-    labels, the `ANNOTATION_PROTECTED` annotation, its NodeClaim ownerReference, and the
-    Ready condition. Pure."""
+    labels, the `ANNOTATION_PROTECTED` annotation, its NodeClaim ownerReference, the
+    Ready condition and what a sharing device plugin advertises (`advertised`). Pure."""
     meta = object_meta(obj)
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
@@ -174,16 +218,17 @@ def slim_node(obj: Mapping[str, Any]) -> dict[str, Any]:
         slim_meta["ownerReferences"] = [
             {"apiVersion": KARPENTER_API_VERSION, "kind": "NodeClaim", "name": claim}
         ]
-    return {
-        "metadata": slim_meta,
-        "status": {
-            "conditions": [
-                c
-                for c in (obj.get("status") or {}).get("conditions") or []
-                if isinstance(c, Mapping) and c.get("type") == "Ready"
-            ]
-        },
+    status = obj.get("status") or {}
+    slim_status: dict[str, Any] = {
+        "conditions": [
+            c
+            for c in status.get("conditions") or []
+            if isinstance(c, Mapping) and c.get("type") == "Ready"
+        ]
     }
+    if plugin := advertised(status.get("allocatable") or {}):
+        slim_status["allocatable"] = dict(plugin)
+    return {"metadata": slim_meta, "status": slim_status}
 
 
 def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
@@ -199,6 +244,7 @@ def parse_node(obj: Mapping[str, Any]) -> NodeInfo:
         label=labels.get(NODE_LABEL),
         protected=bool((meta.get("annotations") or {}).get(ANNOTATION_PROTECTED)),
         claim=_owner_claim(meta),
+        advertised=advertised((obj.get("status") or {}).get("allocatable") or {}),
     )
 
 

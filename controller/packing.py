@@ -13,7 +13,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal
+from typing import Final
 
 from controller.model import PendingPod, TriggerInfo
 from intent.contract import Intent, Source
@@ -28,13 +29,23 @@ SHARE_SOURCES = frozenset(
         Source("tensor-fusion", "tensor-fusion.ai/compute-percent-request"),
         Source("tensor-fusion", "tensor-fusion.ai/tflops-request"),
         Source("user", "gpu-intent.io/gpus"),
+        # The extended-resource layers' percent-like shares (`intent.sharing.LAYERS`).
+        Source("volcano", "volcano.sh/vgpu-cores"),
+        Source("volcano", "volcano.sh/vgpu-memory-percentage"),
+        Source("aliyun", "aliyun.com/gpu-core.percentage"),
+        Source("qgpu", "tke.cloud.tencent.com/qgpu-core"),
+        Source("vcuda", "tencent.com/vcuda-core"),
     }
 )
 
 
 #: The least of a GPU one HAMi vGPU takes: a device holds at most ``deviceSplitCount``
 #: vGPUs (default 10; HAMi's device plugin advertises ``nvidia.com/gpu`` = GPUs x 10).
+#: Volcano's vGPU plugin is HAMi's, with the same default (its chart's
+#: ``deviceSplitCount: 10``, docs/sources/ecosystem.md A1).
 HAMI_MIN_SHARE = Decimal("0.1")
+#: The layers whose device plugin splits a card into at most ten vGPUs.
+_SPLIT_LAYERS: Final = frozenset({"hami", "volcano"})
 
 
 def gpu_need(intent: Intent) -> Decimal:
@@ -57,8 +68,15 @@ def gpu_need(intent: Intent) -> Decimal:
       `HAMI_MIN_SHARE` (ten vGPUs to a device). A share of 1 or more is one whole GPU.
     - A pod that states GPU memory on a card of unknown memory: one whole GPU (its share
       cannot be judged: ten KAI ``gpu-memory`` pods counted 0.1 each would not fit).
+    - A MIG slice pod (a ``mig`` source): the slices' share as stated, ``g`` of the
+      parent's compute slices each (`intent.sharing`), whatever memory the profile names:
+      a node advertises whole profiles per GPU (seven ``1g.5gb`` on an A100, not eight
+      by memory). The share, rounded up to 6 digits in the annotation, is read back as
+      the nearest k/7 or k/4 (`_mig_share`), so seven ``1g.5gb`` fill one GPU.
     Pure."""
     gpus = intent.gpus
+    if any(source.where == "mig" for source in intent.source):
+        return _mig_share(gpus)
     if not intent.gpu_memory_mib:
         return gpus
     if gpus > 1:
@@ -70,14 +88,34 @@ def gpu_need(intent: Intent) -> Decimal:
     return min(max(stated, card), Decimal(1))
 
 
+#: Compute slices per GPU under MIG: 7 (A100, H100, H200, B200), 4 (A30). NVIDIA MIG
+#: user guide, "Supported MIG Profiles"; docs/sources/placement.md section 1.6.
+MIG_SLICES: Final = (7, 4)
+_MIG_QUANTUM: Final = Decimal(10) ** -20
+
+
+def _mig_share(gpus: Decimal) -> Decimal:
+    """``gpus`` as the fraction k/n (n in `MIG_SLICES`) it was rounded from, when it lies
+    within 1e-5 of one, else as given: ``0.142858`` -> 1/7 (to 20 digits, rounded
+    down). Pure."""
+    for slices in MIG_SLICES:
+        whole = (gpus * slices).to_integral_value()
+        exact = whole / Decimal(slices)
+        if whole > 0 and abs(gpus - exact) < Decimal("0.00001"):
+            # 20 digits, rounded down: sums and differences of such shares stay exact in
+            # Decimal's 28, so seven sevenths leave no spare and no deficit.
+            return exact.quantize(_MIG_QUANTUM, rounding=ROUND_DOWN)
+    return gpus
+
+
 def _card_share(intent: Intent) -> Decimal | None:
     """The share of one card the intent's GPU memory (MiB per GPU) takes: at least
-    `HAMI_MIN_SHARE` for HAMi, at most one GPU; None when no memory is stated or the
+    `HAMI_MIN_SHARE` for HAMi and Volcano vGPU, at most one GPU; None when no memory is stated or the
     card's memory is unknown. Pure."""
     if not intent.gpu_memory_mib or not intent.model_memory_mib:
         return None
     share = Decimal(intent.gpu_memory_mib) / Decimal(intent.model_memory_mib)
-    if any(source.where == "hami" for source in intent.source):
+    if any(source.where in _SPLIT_LAYERS for source in intent.source):
         share = max(share, HAMI_MIN_SHARE)
     return min(share, Decimal(1))
 

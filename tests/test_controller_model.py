@@ -1,5 +1,3 @@
-
-
 def test_tolerations_match_taints_as_kubernetes_does() -> None:
     from controller.model import Toleration, parse_tolerations, untolerated_taint
 
@@ -15,7 +13,9 @@ def test_tolerations_match_taints_as_kubernetes_does() -> None:
     tolerations = parse_tolerations(spec)
     assert parse_tolerations({"tolerations": [{"key": "gpu", "operator": "Exists"}]}) is tolerations
     soft = {"key": "soft", "effect": "PreferNoSchedule"}
-    assert untolerated_taint(tolerations, [taint, soft]) is None  # PreferNoSchedule keeps no pod off
+    assert (
+        untolerated_taint(tolerations, [taint, soft]) is None
+    )  # PreferNoSchedule keeps no pod off
     hard = {"key": "dra-only", "effect": "NoExecute"}
     assert untolerated_taint(tolerations, [taint, hard]) == hard
     assert untolerated_taint((), [taint]) == taint
@@ -71,7 +71,9 @@ def test_gpu_use_counts_a_bound_multi_device_pod_by_its_devices_memory_shares() 
     assert gpu_need(two) == 2
     assert gpu_use(two) == 2 * (Decimal(10240) / l4)
     hami = (Source("hami", "nvidia.com/gpu"), Source("hami", "nvidia.com/gpumem"))
-    assert gpu_use(Intent(Decimal(2), "a10g", None, 10000, hami, a10g)) == 2 * (Decimal(10000) / a10g)
+    assert gpu_use(Intent(Decimal(2), "a10g", None, 10000, hami, a10g)) == 2 * (
+        Decimal(10000) / a10g
+    )
     assert gpu_use(Intent(Decimal(3), "a10g", None, 500, hami, a10g)) == 3 * HAMI_MIN_SHARE
     # More memory than the card has: a whole device each; the card unknown: the same.
     assert gpu_use(Intent(Decimal(2), "a10g", None, 30000, hami, a10g)) == 2
@@ -81,3 +83,49 @@ def test_gpu_use_counts_a_bound_multi_device_pod_by_its_devices_memory_shares() 
     assert gpu_use(one) == gpu_need(one)
     whole = Intent(Decimal(2), "l4", None, None, (Source("kai", "gpu-fraction"),))
     assert gpu_use(whole) == gpu_need(whole) == 2
+
+
+def test_mig_slices_are_packed_by_compute_slices_not_memory() -> None:
+    """A node advertises whole MIG profiles per GPU: seven ``1g.5gb`` on an A100-40GB,
+    though 5120 MiB is an eighth of its memory. Seven fill one GPU (their 6-digit
+    annotation, 0.142858, would sum past 1), an eighth needs another."""
+    from decimal import Decimal
+
+    from controller.model import PendingPod, PodRef
+    from controller.packing import gpu_need, pack
+    from intent.contract import Intent, Source
+
+    def pending(name: str, intent: Intent) -> PendingPod:
+        return PendingPod(PodRef("ml", name, name), intent, None, None, ("mig",), (), None)
+
+    mig = (Source("mig", "nvidia.com/mig-1g.5gb"),)
+    slice_ = Intent(Decimal("0.142858"), "a100", None, 5120, mig, 40960)
+    assert 1 - Decimal("1e-19") < gpu_need(slice_) * 7 <= 1
+    three = Intent(
+        Decimal("0.428572"), "a100", None, 20480, (Source("mig", "nvidia.com/mig-3g.20gb"),), 40960
+    )
+    assert abs(gpu_need(three) - Decimal(3) / Decimal(7)) < Decimal("1e-19")
+    a30 = Intent(
+        Decimal("0.25"), "a30", None, 6144, (Source("mig", "nvidia.com/mig-1g.6gb"),), 24576
+    )
+    assert gpu_need(a30) == Decimal("0.25")
+    seven = [pending(f"s{i}", intent=slice_) for i in range(7)]
+    assert [b.size for b in pack(seven)] == [1]
+    assert sorted(b.size for b in pack([*seven, pending("s7", intent=slice_)])) == [1, 1]
+
+
+def test_volcano_vgpu_shares_read_like_hamis() -> None:
+    """Volcano's vGPU plugin is HAMi's: ten vGPUs to a card at most, and its cores and
+    memory percentage are shares of one card."""
+    from decimal import Decimal
+
+    from controller.packing import gpu_need
+    from intent.contract import Intent, Source
+
+    memory = (
+        Source("volcano", "volcano.sh/vgpu-number"),
+        Source("volcano", "volcano.sh/vgpu-memory"),
+    )
+    assert gpu_need(Intent(Decimal("0.021845"), "l4", None, 500, memory, 22888)) == Decimal("0.1")
+    cores = (*memory, Source("volcano", "volcano.sh/vgpu-cores"))
+    assert gpu_need(Intent(Decimal("0.5"), "l4", None, 2000, cores, 22888)) == Decimal("0.5")
