@@ -29,7 +29,7 @@ from sim.karpenter import KarpenterSim
 from sim.kubelet import SimKubelet
 from sim.nodeclaims import KarpenterTimings
 from sim.providers import catalog_for
-from sim.scheduler import SimScheduler
+from sim.scheduler import CLUSTER_SCHEDULER_NAMES, SimScheduler
 from sim.server import ApiServer
 from sim.store import NAMESPACES, Store
 
@@ -50,7 +50,7 @@ class SimCluster:
         karpenter_solve_in_thread: Karpenter's solves run in a thread (`KarpenterSim`), for
             benchmarks of a thousand nodes, where a solve takes seconds.
         scheduler_resync_seconds: how often each scheduler (kube-scheduler, HAMi's, KAI's,
-            tensor-fusion's; one task each) retries without a change.
+            tensor-fusion's, Volcano's; one task each) retries without a change.
         bookmark_seconds: how often idle watches get a BOOKMARK (kube-apiserver sends
             them about once a minute).
         provider: the Karpenter provider the cloud is (`sim.providers`: ``aws``,
@@ -84,7 +84,11 @@ class SimCluster:
             bookmark_interval=bookmark_seconds,
             faults=self.faults,
         )
-        self.scheduler = SimScheduler(self.store, resync_seconds=scheduler_resync_seconds)
+        self.scheduler = SimScheduler(
+            self.store,
+            scheduler_names=CLUSTER_SCHEDULER_NAMES,
+            resync_seconds=scheduler_resync_seconds,
+        )
         self.kubelet = SimKubelet(self.store)
         #: NVIDIA's DRA kubelet plugin on DRA nodes (ResourceSlices) and
         #: kube-controller-manager's resourceclaim controller (`sim.dra`).

@@ -22,17 +22,31 @@ Where the demand rules come from:
   ``gpu-fraction-num-devices`` devices (default 1), or ``gpu-memory`` MiB per device;
 - tensor-fusion (NexusGPU/tensor-fusion): annotations ``tensor-fusion.ai/gpu-count``
   (default 1), ``vram-request`` (bytes quantity), ``compute-percent-request``, and
-  ``gpu-model`` (a case-insensitive substring of the device product).
+  ``gpu-model`` (a case-insensitive substring of the device product);
+- Volcano vGPU (``schedulerName: volcano``; volcano-sh/volcano
+  ``pkg/scheduler/api/devices/util.go`` ``ExtractResourceRequest``, `sim.volcano`): per
+  container whose limits name ``volcano.sh/vgpu-number`` (that many distinct devices) or
+  only ``volcano.sh/vgpu-memory`` (one), memory ``vgpu-memory`` MiB (limits, else
+  requests), overridden by ``vgpu-memory-percentage``, else the whole device's memory,
+  and ``vgpu-cores`` percent; HAMi's ``use-gputype`` (which wins) / ``nouse-gputype``
+  annotations; devices visited by binpack (most used first);
+- Alibaba gpushare (default scheduler plus gpushare's extender, `sim.aliyun`): the
+  containers' ``aliyun.com/gpu-mem`` limits summed, GiB, on one device, chosen by
+  binpack (the least memory left that fits).
 
 The share a request takes on one device is the largest of its parts (memory share,
 fraction, cores share); a memory request on a device of unknown memory takes the whole
 device. Failure reasons use HAMi's vocabulary (``pkg/device/common``:
 ``NodeInsufficientDevice``, ``<n>/<total> CardTypeMismatch``,
-``<n>/<total> CardInsufficientMemory``, ``<n>/<total> CardInsufficientCore``).
+``<n>/<total> CardInsufficientMemory``, ``<n>/<total> CardInsufficientCore``), except
+Volcano's (`sim.volcano.DEVICE_SHARING_ERROR`) and gpushare's extender's
+(`sim.aliyun.INSUFFICIENT`).
 
 Devices come from NVIDIA GPU Feature Discovery node labels (``nvidia.com/gpu.count``,
 ``nvidia.com/gpu.memory`` in MiB, ``nvidia.com/gpu.product``), falling back to
-``status.allocatable["nvidia.com/gpu"]`` devices of unknown memory and product.
+``status.allocatable["nvidia.com/gpu"]`` devices of unknown memory and product; on a
+gpushare node, from its ``aliyun.com/*`` capacity as the extender reads it. Which layer
+may use a node's devices depends on the agent serving it (`sim.deviceplugins`, `serves`).
 """
 
 from __future__ import annotations
@@ -40,12 +54,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from intent import keys
 from intent.quantity import parse_quantity, to_mib
+from sim import aliyun, deviceplugins, volcano
 from sim.catalog import gpu_model
-from sim.dra import runs_dra
 from sim.scheduling import pod_requests
 
 __all__ = [
@@ -57,11 +71,15 @@ __all__ = [
     "GpuDemand",
     "Layer",
     "NoFit",
+    "Policy",
+    "bind_annotations",
     "demand",
     "format_assignment",
+    "no_devices_reason",
     "node_devices",
     "parse_assignment",
     "place",
+    "serves",
     "usage",
 ]
 
@@ -85,6 +103,7 @@ TF_MODEL = "tensor-fusion.ai/gpu-model"
 GFD_COUNT = "nvidia.com/gpu.count"
 GFD_MEMORY = "nvidia.com/gpu.memory"
 GFD_PRODUCT = "nvidia.com/gpu.product"
+_MIB_PER_GIB = 1024
 
 #: Resources HAMi's scheduler extender manages with ``ignoredByScheduler: true``, so
 #: kube-scheduler's NodeResourcesFit does not count them for sharing-layer pods.
@@ -92,11 +111,26 @@ SHARING_RESOURCES = frozenset(
     {GPU, HAMI_GPUMEM, HAMI_GPUMEM_PERCENTAGE, HAMI_GPUCORES, "nvidia.com/priority"}
 )
 
-Layer = Literal["whole", "hami", "kai", "tensor-fusion"]
+Layer = Literal["whole", "hami", "kai", "tensor-fusion", "volcano", "aliyun"]
+#: Device order `place` tries: by index, or the most used first (ties by index).
+Policy = Literal["first-fit", "binpack"]
 #: ``((device index, share), ...)``; an index may repeat (two containers on one device).
 Assignment = tuple[tuple[int, float], ...]
 
-_EPS = 1e-9
+#: Slack when comparing shares (rounded to 9 places): far below a MiB of any GPU.
+_EPS = 1e-7
+
+#: The layers whose pods may take devices of a node each agent serves (`serves`). A
+#: plain ``nvidia.com/gpu`` pod on a HAMi node takes a split slot, no device; KAI's pods
+#: never get HAMi's devices (`sim.scheduler.KAI_ON_HAMI`).
+_SERVED: Final[Mapping[deviceplugins.Plugin, frozenset[Layer]]] = {
+    "nvidia": frozenset({"whole", "kai", "tensor-fusion"}),
+    "hami": frozenset({"whole", "hami", "tensor-fusion"}),
+    "volcano": frozenset({"volcano"}),
+    "gpushare": frozenset({"aliyun"}),
+    "mig": frozenset(),
+    "dra": frozenset(),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +162,7 @@ class DeviceRequest:
     def share_on(self, device: Device) -> float:
         """The share this request takes on ``device`` (above 1.0 it never fits)."""
         parts = [p for p in (self._memory_share(device), self.compute_fraction) if p is not None]
-        return round(max(parts), 6) if parts else 1.0
+        return round(max(parts), 9) if parts else 1.0
 
     def memory_bound(self, device: Device) -> bool:
         """Whether memory (rather than compute) sets the share on ``device``."""
@@ -145,13 +179,15 @@ class GpuDemand:
     ``use-gputype``, matched as substrings of the device type, so ``L4`` also takes an
     ``L40S``), or with ``exact_model`` the model name itself (tensor-fusion's
     ``GPUModelFilter`` keeps a GPU only when its ``status.gpuModel`` equals the pod's
-    ``gpu-model``: NexusGPU/tensor-fusion internal/gpuallocator/filter)."""
+    ``gpu-model``: NexusGPU/tensor-fusion internal/gpuallocator/filter). ``policy``
+    orders the devices `place` tries."""
 
     layer: Layer
     requests: tuple[DeviceRequest, ...]
     use_types: tuple[str, ...] = ()
     nouse_types: tuple[str, ...] = ()
     exact_model: bool = False
+    policy: Policy = "first-fit"
 
     def accepts(self, device: Device) -> bool:
         """Whether the type filters allow ``device`` (an unknown product fails a
@@ -273,15 +309,70 @@ def _tensor_fusion(pod: Mapping[str, Any]) -> GpuDemand | None:
     )
 
 
+def _volcano_request(
+    limits: Mapping[str, Any], requests: Mapping[str, Any], i: int
+) -> DeviceRequest:
+    """One container's vGPUs as ``ExtractResourceRequest`` reads them (module doc)."""
+
+    def get(key: str, *, fallback: bool = True) -> float | None:
+        source = limits if key in limits else requests if fallback else {}
+        if key not in source:
+            return None
+        return float(parse_quantity(source[key], f"spec.containers[{i}][{key!r}]"))
+
+    count = get(volcano.NUMBER, fallback=False)
+    memory, percent = get(volcano.MEMORY), get(volcano.MEMORY_PERCENTAGE)
+    cores = get(volcano.CORES)
+    fraction: float | None = None
+    if percent is not None:  # a percentage wins over vgpu-memory
+        fraction, memory = percent / 100, None
+    elif not memory:
+        fraction, memory = 1.0, None  # neither: 100 % of the card
+    return DeviceRequest(
+        int(count) if count is not None else 1,
+        memory_mib=int(memory) if memory else None,
+        memory_fraction=fraction,
+        compute_fraction=cores / 100 if cores else None,
+    )
+
+
+def _volcano(pod: Mapping[str, Any]) -> GpuDemand | None:
+    requests: list[DeviceRequest] = []
+    for i, container in enumerate((pod.get("spec") or {}).get("containers") or ()):
+        resources = container.get("resources") or {}
+        limits = resources.get("limits") or {}
+        if volcano.NUMBER not in limits and volcano.MEMORY not in limits:
+            continue  # not a vGPU container (``checkVGPUResourcesInPod`` reads limits)
+        request = _volcano_request(limits, resources.get("requests") or {}, i)
+        if request.count > 0:
+            requests.append(request)
+    if not requests:
+        return _whole(pod, "whole")
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    use = _types(annotations.get(HAMI_USE_GPUTYPE))
+    nouse = () if use else _types(annotations.get(HAMI_NOUSE_GPUTYPE))  # checkGPUtype
+    return GpuDemand("volcano", tuple(requests), use, nouse, policy="binpack")
+
+
+def _aliyun(pod: Mapping[str, Any]) -> GpuDemand | None:
+    gib = aliyun.pod_gpu_mem(pod)
+    if gib <= 0:
+        return None
+    request = DeviceRequest(1, memory_mib=gib * _MIB_PER_GIB)
+    return GpuDemand("aliyun", (request,), policy="binpack")
+
+
 def demand(pod: Mapping[str, Any]) -> GpuDemand | None:
     """The pod's GPU demand as the layer its ``spec.schedulerName`` names sees it, or
     None if it asks for no GPU.
 
     ``hami-scheduler`` reads HAMi container resources; ``kai-scheduler`` KAI annotations;
     ``tensor-fusion-scheduler`` (or the label ``tensor-fusion.ai/enabled=true``)
-    tensor-fusion annotations; without those fields, and for every other scheduler, the
-    pod's whole ``nvidia.com/gpu`` count (the default scheduler ignores the annotations
-    and extended resources of the sharing layers).
+    tensor-fusion annotations; ``volcano`` Volcano's vGPU resources; without those
+    fields, and for every other scheduler, the pod's whole ``nvidia.com/gpu`` count (the
+    default scheduler ignores the annotations and extended resources of the sharing
+    layers), except that the default scheduler's gpushare extender places a pod asking
+    ``aliyun.com/gpu-mem`` (and no ``nvidia.com/gpu``).
 
     Raises:
         ValueError: a quantity or annotation value does not parse.
@@ -294,23 +385,39 @@ def demand(pod: Mapping[str, Any]) -> GpuDemand | None:
         return _kai(pod)
     if scheduler == "tensor-fusion-scheduler" or labels.get(TF_ENABLED) == "true":
         return _tensor_fusion(pod)
-    return _whole(pod, "whole")
+    if scheduler == volcano.SCHEDULER_NAME:
+        return _volcano(pod)
+    whole = _whole(pod, "whole")
+    if whole is None and scheduler == "default-scheduler":
+        return _aliyun(pod)
+    return whole
 
 
-def node_devices(node: Mapping[str, Any]) -> list[Device]:
+def node_devices(
+    node: Mapping[str, Any], plugin: deviceplugins.Plugin | None = None
+) -> list[Device]:
     """The node's GPUs, indexed from 0, from GPU Feature Discovery labels
     (``nvidia.com/gpu.count``, ``nvidia.com/gpu.memory`` MiB, ``nvidia.com/gpu.product``);
     without a count label, ``status.allocatable["nvidia.com/gpu"]`` devices of unknown
-    memory. Unparsable values count as absent.
+    memory. Unparsable values count as absent. ``plugin`` is the node's agent
+    (`sim.deviceplugins.node_plugin` when not given).
 
-    A node that runs NVIDIA's DRA driver instead of its device plugin (`sim.dra.runs_dra`)
-    has none for the sharing layers: they find GPUs through the device plugin (HAMi's own,
-    REFERENCE.md section 3; KAI holds whole GPUs for fractions with reservation pods that
-    request ``nvidia.com/gpu``, which such a node never advertises). Its GPUs are
-    ResourceSlice devices, allocated only to ResourceClaims."""
+    A gpushare node's are what gpushare's extender reads (`sim.aliyun.node_gpus`:
+    ``aliyun.com/gpu-count`` devices of ``aliyun.com/gpu-mem`` // count GiB each). A node
+    that runs NVIDIA's DRA driver instead of its device plugin has none for the sharing
+    layers: they find GPUs through the device plugin (HAMi's own, REFERENCE.md section 3;
+    KAI holds whole GPUs for fractions with reservation pods that request
+    ``nvidia.com/gpu``, which such a node never advertises); its GPUs are ResourceSlice
+    devices, allocated only to ResourceClaims. Nor has a MIG node: its GPUs are split
+    into MIG devices, each its own ``nvidia.com/mig-<profile>`` resource."""
     labels = (node.get("metadata") or {}).get("labels") or {}
-    if runs_dra(labels):
+    plugin = deviceplugins.node_plugin(node) if plugin is None else plugin
+    if plugin in ("dra", "mig"):
         return []
+    if plugin == "gpushare":
+        gpus, gib = aliyun.node_gpus(node)
+        product = labels.get(GFD_PRODUCT) or None
+        return [Device(i, gib * _MIB_PER_GIB, product) for i in range(gpus)]
     count: int | None = None
     try:
         count = int(labels[GFD_COUNT])
@@ -354,23 +461,29 @@ def usage(
     pods_on_node: Iterable[Mapping[str, Any]],
     devices: Sequence[Device] = (),
     *,
-    hami_node: bool = False,
+    plugin: deviceplugins.Plugin = "nvidia",
 ) -> list[float]:
-    """Share used on each device (index -> 0.0..1.0) by the pods bound to a node.
+    """Share used on each device (index -> 0.0..1.0) by the pods bound to a node whose
+    GPU agent is ``plugin`` (`sim.deviceplugins`).
 
     Pods carrying `DEVICES_ANNOTATION` count as recorded; bound pods without it (created
     with ``spec.nodeName``) are placed by first fit on ``devices`` in the order given,
-    except, on a node running HAMi's device plugin (``hami_node``), pods of no sharing
-    layer: HAMi counts only the pods it allocated devices to (its
-    ``hami.io/vgpu-devices-allocated`` annotation), and kube-scheduler gives a plain
-    ``nvidia.com/gpu`` pod there one of the split slots, not a device.
-    Terminal pods (Succeeded/Failed) hold nothing. The list has at least
-    ``len(devices)`` entries.
+    except, on a node running HAMi's device plugin, pods of no sharing layer: HAMi counts
+    only the pods it allocated devices to (its ``hami.io/vgpu-devices-allocated``
+    annotation), and kube-scheduler gives a plain ``nvidia.com/gpu`` pod there one of the
+    split slots, not a device. Volcano counts only the pods it assigned devices to (its
+    ``volcano.sh/vgpu-ids-new`` annotation; the sim's is `DEVICES_ANNOTATION`). On a
+    gpushare node only gpushare's own record counts, GiB exact (`sim.aliyun.recorded`:
+    ``ALIYUN_COM_GPU_MEM_POD`` GiB on GPU ``ALIYUN_COM_GPU_MEM_IDX``). Terminal pods
+    (Succeeded/Failed) hold nothing. The list has at least ``len(devices)`` entries.
     """
     used = [0.0] * len(devices)
     unrecorded: list[Mapping[str, Any]] = []
     for pod in pods_on_node:
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        if plugin == "gpushare":
+            _add_aliyun(used, devices, pod)
             continue
         recorded = ((pod.get("metadata") or {}).get("annotations") or {}).get(DEVICES_ANNOTATION)
         if recorded is None:
@@ -380,12 +493,12 @@ def usage(
             if index >= 0:
                 used.extend([0.0] * (index + 1 - len(used)))
                 used[index] += share
-    for pod in unrecorded:
+    for pod in unrecorded if plugin != "volcano" else ():
         try:
             wanted = demand(pod)
         except ValueError:
             continue
-        if wanted is None or (hami_node and wanted.layer == "whole"):
+        if wanted is None or (plugin == "hami" and wanted.layer == "whole"):
             continue
         placed = place(wanted, devices, used)
         if not isinstance(placed, NoFit):
@@ -394,22 +507,40 @@ def usage(
     return used
 
 
+def _add_aliyun(used: list[float], devices: Sequence[Device], pod: Mapping[str, Any]) -> None:
+    """Add a pod's gpushare record (`sim.aliyun.recorded`) to ``used``."""
+    record = aliyun.recorded(pod)
+    if record is None or record[0] >= len(devices):
+        return  # the extender skips a pod without a GPU index (or an unknown GPU)
+    index, gib = record
+    memory = devices[index].memory_mib
+    if memory:
+        used[index] += gib * _MIB_PER_GIB / memory
+
+
 def place(
     wanted: GpuDemand, devices: Sequence[Device], used: Sequence[float]
 ) -> Assignment | NoFit:
-    """First fit: for each request in order, the lowest-index devices the type filters
-    accept whose free share (1.0 - ``used``) covers the request's share, distinct within
-    a request. Returns the assignment, or `NoFit` with HAMi's reason."""
+    """For each request in order, the first devices the type filters accept whose free
+    share (1.0 - ``used``) covers the request's share, distinct within a request, trying
+    devices by index (``first-fit``) or, with ``binpack``, the most used first (ties by
+    index; Volcano's ``sortedDeviceIndicesByPolicy``, gpushare's ``allocateGPUID``).
+    Returns the assignment, or `NoFit` with HAMi's reason (Volcano's and gpushare's own
+    for their layers, `no_devices_reason`)."""
     free = [1.0 - (used[d.index] if d.index < len(used) else 0.0) for d in devices]
     chosen: list[tuple[int, float]] = []
     for request in wanted.requests:
         if request.count > len(devices):
-            return NoFit("NodeInsufficientDevice")
+            return NoFit(_LAYER_REASONS.get(wanted.layer, "NodeInsufficientDevice"))
+        slots: Sequence[int] = range(len(devices))
+        if wanted.policy == "binpack":
+            slots = sorted(slots, key=lambda slot: (free[slot], slot))
         picked: list[tuple[int, float]] = []
         reasons: dict[str, int] = {}
-        for slot, device in enumerate(devices):
+        for slot in slots:
             if len(picked) == request.count:
                 break
+            device = devices[slot]
             share = request.share_on(device)
             if not wanted.accepts(device):
                 reasons["CardTypeMismatch"] = reasons.get("CardTypeMismatch", 0) + 1
@@ -423,8 +554,50 @@ def place(
             else:
                 picked.append((slot, share))
         if len(picked) < request.count:
-            return NoFit(", ".join(f"{n}/{len(devices)} {r}" for r, n in sorted(reasons.items())))
+            hami = ", ".join(f"{n}/{len(devices)} {r}" for r, n in sorted(reasons.items()))
+            return NoFit(_LAYER_REASONS.get(wanted.layer, hami))
         for slot, share in picked:
             free[slot] -= share
             chosen.append((devices[slot].index, share))
     return tuple(chosen)
+
+
+#: What Volcano's and gpushare's schedulers say of a node whose devices cannot take a pod.
+_LAYER_REASONS: Final[Mapping[Layer, str]] = {
+    "volcano": volcano.DEVICE_SHARING_ERROR,
+    "aliyun": aliyun.INSUFFICIENT,
+}
+
+
+def serves(plugin: deviceplugins.Plugin, layer: Layer) -> bool:
+    """Whether pods of ``layer`` may take devices on a node served by ``plugin``:
+    NVIDIA's plugin serves whole GPUs, KAI and tensor-fusion; HAMi's its own pods, whole
+    ``nvidia.com/gpu`` pods (split slots) and tensor-fusion; Volcano's only Volcano's pods;
+    gpushare's only pods its extender places; MIG and DRA nodes none."""
+    return layer in _SERVED[plugin]
+
+
+def no_devices_reason(layer: Layer, node_name: str) -> str:
+    """The reason a node whose agent has no devices for ``layer`` fails the pod with:
+    gpushare's extender's ``The node <name> is not for GPU share, need skip``,
+    Volcano's `sim.volcano.DEVICE_SHARING_ERROR`, else HAMi's ``NodeInsufficientDevice``."""
+    if layer == "aliyun":
+        return aliyun.NOT_FOR_GPU_SHARE.format(node_name)
+    if layer == "volcano":
+        return volcano.DEVICE_SHARING_ERROR
+    return "NodeInsufficientDevice"
+
+
+def bind_annotations(
+    wanted: GpuDemand, devices: Sequence[Device], assignment: Assignment, now_ns: int
+) -> dict[str, str]:
+    """Annotations a layer's binder writes beside the sim's `DEVICES_ANNOTATION`:
+    gpushare's extender's (`sim.aliyun.bind_annotations`: GPU index, its GiB, the pod's
+    GiB, ``ASSIGNED: "false"``, assume time ``now_ns``); none for the other layers."""
+    if wanted.layer != "aliyun" or not assignment or not wanted.requests:
+        return {}
+    index = assignment[0][0]
+    device = next((d for d in devices if d.index == index), None)
+    per_device = (device.memory_mib or 0) // _MIB_PER_GIB if device is not None else 0
+    pod_gib = (wanted.requests[0].memory_mib or 0) // _MIB_PER_GIB
+    return aliyun.bind_annotations(index, per_device, pod_gib, now_ns)

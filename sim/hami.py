@@ -4,8 +4,10 @@ Sources (Project-HAMi/HAMi):
 
 - ``charts/hami/values.yaml``: the NVIDIA device-plugin DaemonSet
   (``templates/device-plugin/daemonsetnvidia.yaml``) selects nodes with
-  ``devicePlugin.nvidiaNodeSelector``, by default ``gpu: "on"``; every other GPU node
-  runs the plain NVIDIA device plugin (one ``nvidia.com/gpu`` per physical GPU);
+  ``devicePlugin.nvidiaNodeSelector``, by default ``gpu: "on"``; `sim.deviceplugins`
+  decides which agent serves each node (a DRA, MIG, gpushare or Volcano vGPU node's
+  label wins over ``gpu: "on"``; a GPU node with none of them runs the plain NVIDIA
+  device plugin, one ``nvidia.com/gpu`` per physical GPU);
 - ``devicePlugin.deviceSplitCount`` (default 10; ``docs/config.md``: "Maximum tasks
   assigned to a simple GPU device"): HAMi's device plugin registers each physical GPU
   that many times, so the node's ``capacity``/``allocatable`` carry

@@ -19,8 +19,9 @@ Sources (kubernetes-sigs/karpenter v1 unless noted):
 - insufficient capacity: `Lifecycle.no_capacity` (a fault switch) and the AWS provider's
   unavailable-offerings cache (`UnavailableOfferings`, read by `sim.karpenter.solve`).
 
-The sim also plays the kubelet, device plugin (HAMi's on nodes its DaemonSet selects, see
-`sim.hami`; NVIDIA's elsewhere) and GPU Feature Discovery of each new node.
+The sim also plays the kubelet, the GPU agent (`sim.deviceplugins` decides which: NVIDIA's
+DRA kubelet plugin, NVIDIA's device plugin with MIG, Alibaba's gpushare, Volcano's vGPU,
+HAMi's or NVIDIA's device plugin) and GPU Feature Discovery of each new node.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from typing import Any, Final
 
 from intent.contract import IntentError
 from intent.quantity import parse_quantity
-from sim import dra, hami
+from sim import deviceplugins
 from sim.catalog import CAPACITY_TYPES, ZONES, InstanceType, format_resources
 from sim.requirements import NODEPOOL_LABEL, from_node_selector
 from sim.scheduling import is_terminal, pod_requests
@@ -481,14 +482,12 @@ SYSTEM_NAMESPACE = "kube-system"
 def device_plugin_pod(node: Obj, now: datetime) -> dict[str, Any]:
     """The GPU device plugin's DaemonSet pod, bound to ``node`` as the DaemonSet controller
     binds it once the Node exists (``pkg/controller/daemon``: it sets ``nodeName``
-    through node affinity on ``metadata.name``): HAMi's on nodes its DaemonSet selects
-    (`sim.hami.runs_hami`), NVIDIA's elsewhere. Every real node runs such pods (and
-    kube-proxy, the CNI); they are what makes a node "one that runs pods" for required
-    pod anti-affinity (`sim.affinity`). No requests, so no capacity is taken."""
+    through node affinity on ``metadata.name``): the agent `sim.deviceplugins.daemonset`
+    picks for the node. Every real node runs such pods (and kube-proxy, the CNI); they
+    are what makes a node "one that runs pods" for required pod anti-affinity
+    (`sim.affinity`). No requests, so no capacity is taken."""
     labels = (node.get("metadata") or {}).get("labels") or {}
-    app = dra.kubelet_plugin_app(labels) or (
-        "hami-device-plugin" if hami.runs_hami(labels) else "nvidia-device-plugin-daemonset"
-    )
+    app = deviceplugins.daemonset(labels, deviceplugins.instance_type(labels))
     name = str(node["metadata"]["name"])
     return {
         "metadata": {
@@ -900,17 +899,20 @@ class Lifecycle:
         return True
 
     def _initialize(self, claim: Obj) -> bool:
-        """The device plugin and GFD come up: the Node gains ``nvidia.com/gpu``, the GFD
+        """The GPU agent and GFD come up: the Node gains its extended resources, the GFD
         labels and ``karpenter.sh/initialized``, loses its startup taints and turns Ready
         (``initialization.go`` waits for exactly that); then Initialized and Ready True.
 
-        The device plugin is HAMi's on a node its DaemonSet selects (`sim.hami`: labels
-        ``gpu: "on"``, e.g. from the NodePool template), advertising GPUs x 10
-        ``nvidia.com/gpu``; none on a DRA node (`sim.dra.DRA_NODE_LABELS`), whose GPUs are
-        published as a ResourceSlice instead, so a NodeClaim that asked for
-        ``nvidia.com/gpu`` stays Initialized Unknown/``ResourceNotRegistered`` there; NVIDIA's
-        elsewhere, one per GPU. The NodeClaim keeps the
-        instance type's estimate (one per GPU), as Karpenter's launch computes it."""
+        Which agent, and what it advertises, is `sim.deviceplugins`' call from the node's
+        labels (e.g. from the NodePool template) and instance type: ``nvidia.com/gpu``
+        one per GPU (NVIDIA's device plugin) or GPUs x 10 (HAMi's); nothing on a DRA node,
+        whose GPUs are published as a ResourceSlice; ``nvidia.com/mig-<profile>`` (and the
+        MIG labels of `sim.deviceplugins.mig_labels`) on a MIG node; ``aliyun.com/*`` on
+        a gpushare node; ``volcano.sh/vgpu-*`` on a Volcano vGPU node. On the last four a
+        NodeClaim that asked for ``nvidia.com/gpu`` stays Initialized
+        Unknown/``ResourceNotRegistered``, as with real Karpenter. The NodeClaim keeps the
+        instance type's estimate (one ``nvidia.com/gpu`` per GPU), as Karpenter's launch
+        computes it."""
         spec, status = claim.get("spec") or {}, claim.get("status") or {}
         node_name = str(status.get("nodeName", ""))
         if not self._node_exists(node_name):
@@ -927,7 +929,10 @@ class Lifecycle:
         unregistered = self.unregistered_resources
 
         def node_meta(node: dict[str, Any]) -> None:
-            node["metadata"]["labels"] = {**node["metadata"].get("labels", {}), **gfd}
+            labels = {**node["metadata"].get("labels", {}), **gfd}
+            if it is not None:
+                labels.update(deviceplugins.mig_labels(labels, it))
+            node["metadata"]["labels"] = labels
             spec = node.setdefault("spec", {})
             spec["taints"] = [
                 t
@@ -938,19 +943,10 @@ class Lifecycle:
         def node_status(node: dict[str, Any]) -> None:
             st = node.setdefault("status", {})
             labels = node["metadata"].get("labels") or {}
-            for key in ("capacity", "allocatable"):
-                estimate = (status.get(key) or {}).get("nvidia.com/gpu")
-                # A DRA node (`sim.dra.runs_dra`) runs NVIDIA's DRA kubelet plugin, not the
-                # device plugin: it never advertises nvidia.com/gpu.
-                if (
-                    estimate is not None
-                    and "nvidia.com/gpu" not in unregistered
-                    and not dra.runs_dra(labels)
-                ):
-                    count = estimate
-                    if it is not None and it.gpu_count:
-                        count = str(hami.advertised_gpus(it.gpu_count, labels))
-                    st.setdefault(key, {})["nvidia.com/gpu"] = count
+            for name, count in _advertised(labels, it, status).items():
+                if name not in unregistered:
+                    for key in ("capacity", "allocatable"):
+                        st.setdefault(key, {})[name] = count
             if not _ready(node):
                 others = [c for c in st.get("conditions") or () if c.get("type") != "Ready"]
                 st["conditions"] = [*others, _ready_condition(True, stamp)]
@@ -1031,6 +1027,20 @@ def _ready(node: Obj) -> bool:
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (node.get("status") or {}).get("conditions") or ()
     )
+
+
+def _advertised(
+    labels: Mapping[str, str], it: InstanceType | None, claim_status: Obj
+) -> dict[str, str]:
+    """The extended resources the node's GPU agent registers (`sim.deviceplugins.advertised`);
+    for an instance type missing from the catalog, the NodeClaim's ``nvidia.com/gpu``
+    estimate where a device plugin serving ``nvidia.com/gpu`` runs."""
+    if it is not None:
+        return deviceplugins.advertised(labels, it)
+    estimate = (claim_status.get("allocatable") or {}).get("nvidia.com/gpu")
+    if estimate is None or deviceplugins.plugin(labels) not in ("hami", "nvidia"):
+        return {}
+    return {"nvidia.com/gpu": str(estimate)}
 
 
 def _unregistered(node: Obj, claim: Obj) -> str | None:

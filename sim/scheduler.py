@@ -16,10 +16,16 @@ default plugins), stopping at the first failure:
 3. NodeAffinity -> ``node(s) didn't match Pod's node affinity/selector``;
 4. NodeResourcesFit: ``pod_requests`` against ``status.allocatable`` minus the requests
    of the node's non-terminal pods -> ``Too many pods``, ``Insufficient <resource>``;
-   for sharing-layer pods the resources HAMi's extender manages (``nvidia.com/gpu``,
-   ``nvidia.com/gpumem``, ...) are skipped (``ignoredByScheduler``);
-5. GPU devices (`gpushare.place`): HAMi's extender / KAI / tensor-fusion, with HAMi's
-   reasons (``NodeInsufficientDevice``, ``1/1 CardInsufficientMemory``, ...);
+   for HAMi, KAI and tensor-fusion pods the resources HAMi's extender manages
+   (``nvidia.com/gpu``, ``nvidia.com/gpumem``, ...) are skipped (``ignoredByScheduler``);
+   a MIG slice (``nvidia.com/mig-1g.5gb``) is an ordinary extended resource here;
+5. GPU devices (`gpushare.place`), on nodes whose agent serves the pod's layer
+   (`gpushare.serves`, `sim.deviceplugins`): HAMi's extender / KAI / tensor-fusion, with
+   HAMi's reasons (``NodeInsufficientDevice``, ``1/1 CardInsufficientMemory``, ...);
+   Volcano's deviceshare plugin (``hami-vgpuDeviceSharing error``); for a default-scheduler
+   pod asking ``aliyun.com/gpu-mem``, gpushare's scheduler extender (`sim.aliyun`:
+   ``Insufficient GPU Memory in one device``; at bind it writes its ``ALIYUN_COM_GPU_MEM_*``
+   annotations with the binding);
 6. DynamicResources (kubernetes ``pkg/scheduler/framework/plugins/dynamicresources``), for
    a pod with ``spec.resourceClaims``: every claim must exist first (PreEnqueue: until
    then the pod is not tried at all and gets no condition, only a log line with the
@@ -74,6 +80,12 @@ Sharing layers, beyond `gpushare`:
   deletes reservation pods whose GPU group has no live pod left, as KAI's binder does.
   KAI's pods never go to a HAMi node (`KAI_ON_HAMI`): HAMi's device plugin would not
   give their GPUs a device.
+- Volcano (`sim.volcano`, loop ``volcano``, served by `CLUSTER_SCHEDULER_NAMES`): the same
+  filters, then its vGPUs placed by binpack, each of a container on its own card; an
+  unschedulable pod gets Volcano's ``FitErrors`` message (``0/2 nodes are unavailable: 1
+  Insufficient volcano.sh/vgpu-number, 1 hami-vgpuDeviceSharing error.``), no preemption.
+  Volcano checks a node's resources before its predicates; the sim keeps kube-scheduler's
+  order, so a node failing both reports its predicate failure.
 """
 
 from __future__ import annotations
@@ -81,30 +93,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import random
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Final, TypeVar
 
-from sim import dra, gpushare, hami, kai
+from sim import deviceplugins, dra, gpushare, kai, volcano
 from sim.events import EventRecorder
-from sim.podview import PodView
-from sim.scheduling import (
-    fit_error_message,
-    is_terminal,
-    matches_node_selector,
-    node_taints,
-    pod_requests,
-    quantity,
-    tolerates,
-    untolerated_taint,
+from sim.filters import (
+    KAI_ON_HAMI,
+    NodeInfo,
+    PodInfo,
+    Status,
+    fit_error,
+    quantities,
+    signature,
 )
+from sim.filters import filter_node as _filter
+from sim.podview import PodView
+from sim.scheduling import is_terminal, node_taints, pod_requests
 from sim.store import (
     NAMESPACES,
     NODES,
@@ -120,7 +131,7 @@ from sim.store import (
     rfc3339,
 )
 
-__all__ = ["DEFAULT_SCHEDULER_NAMES", "SimScheduler"]
+__all__ = ["CLUSTER_SCHEDULER_NAMES", "DEFAULT_SCHEDULER_NAMES", "KAI_ON_HAMI", "SimScheduler"]
 
 log = logging.getLogger(__name__)
 
@@ -130,185 +141,16 @@ DEFAULT_SCHEDULER_NAMES = (
     "kai-scheduler",
     "tensor-fusion-scheduler",
 )
+#: What `sim.cluster.SimCluster` serves: also Volcano's scheduler (`sim.volcano`), which a
+#: bare `SimScheduler` leaves alone as any other unknown name.
+CLUSTER_SCHEDULER_NAMES = (*DEFAULT_SCHEDULER_NAMES, volcano.SCHEDULER_NAME)
 #: kube-scheduler's ``DefaultPodMaxInUnschedulablePodsDuration`` (5 min,
 #: ``pkg/scheduler/backend/queue/scheduling_queue.go``): a pod parked in
 #: unschedulablePods longer than this is tried again whatever happened, seconds.
 MAX_IN_UNSCHEDULABLE_SECONDS: Final = 300.0
 #: Longest stretch a scheduler pass runs before it yields to the event loop, seconds.
 _SLICE_SECONDS: Final = 0.002
-NO_NODES = "no nodes available to schedule pods"  # scheduler ErrNoNodesAvailable
-_UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 _GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
-_NOT_HELPFUL = "Preemption is not helpful for scheduling"
-_NO_VICTIMS = "No preemption victims found for incoming pod"
-_FIRST_RESOURCES = ("cpu", "memory", "ephemeral-storage")
-
-
-@dataclass(frozen=True, slots=True)
-class _Status:
-    """A node's filter failure: reasons, and whether preemption could not help."""
-
-    reasons: tuple[str, ...]
-    unresolvable: bool
-
-
-@dataclass(slots=True)
-class _PodInfo:
-    pod: Obj
-    priority: int
-    requests: dict[str, Decimal]
-    demand: gpushare.GpuDemand | None
-    #: `_signature`, computed on first use (an info lives as long as one pod version)
-    signature: str = ""
-    #: the (resource, quantity) pairs NodeResourcesFit compares, in its order, computed
-    #: on first use by `_checked_requests`
-    checks: tuple[tuple[str, Decimal], ...] | None = None
-
-
-@dataclass(slots=True)
-class _NodeInfo:
-    obj: Obj
-    name: str
-    allocatable: dict[str, Decimal]
-    devices: list[gpushare.Device]
-    taints: list[Mapping[str, Any]] = field(default_factory=list)
-    pods: list[_PodInfo] = field(default_factory=list)
-    requested: dict[str, Decimal] = field(default_factory=dict)
-    gpu_used: list[float] = field(default_factory=list)
-    hami: bool = False  # runs HAMi's device plugin
-
-    def add(self, info: _PodInfo) -> None:
-        self.pods.append(info)
-        for key, value in info.requests.items():
-            self.requested[key] = self.requested.get(key, Decimal(0)) + value
-
-    def refresh_gpus(self) -> None:
-        self.gpu_used = gpushare.usage(
-            (p.pod for p in self.pods), self.devices, hami_node=self.hami
-        )
-
-    def places_devices(self, info: _PodInfo) -> bool:
-        """Whether ``info`` takes physical devices here: every GPU pod, except a plain
-        ``nvidia.com/gpu`` pod on a HAMi node (it takes a split slot)."""
-        return info.demand is not None and not (self.hami and info.demand.layer == "whole")
-
-    def without_priority_below(self, priority: int) -> _NodeInfo:
-        """This node as if every pod of lower priority were evicted (preemption dry run)."""
-        copy = _NodeInfo(
-            self.obj, self.name, self.allocatable, self.devices, self.taints, hami=self.hami
-        )
-        for info in self.pods:
-            if info.priority >= priority:
-                copy.add(info)
-        copy.refresh_gpus()
-        return copy
-
-
-def _quantities(raw: Mapping[str, Any] | None) -> dict[str, Decimal]:
-    out: dict[str, Decimal] = {}
-    for key, value in (raw or {}).items():
-        try:
-            out[key] = quantity(value, key)
-        except ValueError:
-            continue
-    return out
-
-
-#: `_fit`'s reason for a KAI pod on a node running HAMi's device plugin.
-KAI_ON_HAMI: Final = "node runs HAMi's device plugin, which allocates GPUs only to HAMi's pods"
-
-
-def _fit(info: _PodInfo, node: _NodeInfo) -> _Status | None:
-    """NodeResourcesFit (``fitsRequest``) then GPU device placement."""
-    reasons: list[str] = []
-    unresolvable = False
-    allowed = node.allocatable.get("pods", Decimal(0))
-    if node.requested.get("pods", Decimal(0)) + 1 > allowed:
-        reasons.append("Too many pods")  # never Unresolvable in fitsRequest
-    for key, wanted in _checked_requests(info):
-        capacity = node.allocatable.get(key, Decimal(0))
-        if wanted > capacity - node.requested.get(key, Decimal(0)):
-            reasons.append(f"Insufficient {key}")
-            unresolvable = unresolvable or wanted > capacity
-    if reasons:
-        return _Status(tuple(reasons), unresolvable)
-    if info.demand is not None and info.demand.layer == "hami" and not node.hami:
-        # HAMi's scheduler knows only the devices its device plugin registers in node
-        # annotations (hami.io/node-nvidia-register, refreshed every 30 s; a node that
-        # stops registering is unavailable: Project-HAMi/HAMi docs/develop/protocol.md);
-        # a GPU node without HAMi's device plugin (see `sim.hami`) has none for it.
-        return _Status(("NodeInsufficientDevice",), False)
-    if info.demand is not None and info.demand.layer == "kai" and node.hami:
-        # KAI holds a GPU with a pod that asks for nvidia.com/gpu (a reservation pod
-        # for fractions, the pod itself for whole GPUs). On a HAMi node that resource is
-        # HAMi's device plugin's, whose Allocate serves only the pod HAMi's scheduler
-        # assigned there (`GetPendingPod`, Project-HAMi/HAMi pkg/util/util.go: the pod
-        # annotated bind-phase "allocating" for this node) and fails any other. Real KAI
-        # would bind and the container never start; the sim refuses the node, so in
-        # both no KAI pod runs on a HAMi node.
-        return _Status((KAI_ON_HAMI,), False)
-    if info.demand is not None and node.places_devices(info):
-        placed = gpushare.place(info.demand, node.devices, node.gpu_used)
-        if isinstance(placed, gpushare.NoFit):
-            return _Status((placed.reason,), False)
-    return None
-
-
-def _checked_requests(info: _PodInfo) -> tuple[tuple[str, Decimal], ...]:
-    """The requests `_fit` compares with a node's free resources, in ``fitsRequest``'s
-    order (cpu, memory, ephemeral-storage, then the others by name), without zero ones
-    and, for a sharing-layer pod, without the sharing layer's own resources (its
-    scheduler places those on devices). Cached on ``info``."""
-    if info.checks is None:
-        skip = gpushare.SHARING_RESOURCES if info.demand and info.demand.layer != "whole" else ()
-        others = sorted(k for k in info.requests if k not in _FIRST_RESOURCES and k != "pods")
-        info.checks = tuple(
-            (key, info.requests[key])
-            for key in (*(k for k in _FIRST_RESOURCES if k in info.requests), *others)
-            if info.requests[key] > 0 and key not in skip
-        )
-    return info.checks
-
-
-def _filter(info: _PodInfo, node: _NodeInfo) -> _Status | None:
-    """The default filter plugins in order; None if the pod fits ``node``."""
-    spec = info.pod.get("spec") or {}
-    tolerations = spec.get("tolerations") or ()
-    if (node.obj.get("spec") or {}).get("unschedulable") and not any(
-        tolerates(t, _UNSCHEDULABLE_TAINT) for t in tolerations
-    ):
-        return _Status(("node(s) were unschedulable",), True)
-    taint = untolerated_taint(tolerations, node.taints)
-    if taint is not None:
-        reason = (
-            f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '')}}}"
-        )
-        return _Status((reason,), True)
-    labels = (node.obj.get("metadata") or {}).get("labels") or {}
-    if not matches_node_selector(info.pod, labels, node_name=node.name):
-        return _Status(("node(s) didn't match Pod's node affinity/selector",), True)
-    return _fit(info, node)
-
-
-def _preemption_message(
-    info: _PodInfo, nodes: Sequence[_NodeInfo], statuses: Mapping[str, _Status]
-) -> str:
-    """DefaultPreemption's PostFilter message (``pkg/scheduler/framework/preemption``)."""
-    if (info.pod.get("spec") or {}).get("preemptionPolicy") == "Never":
-        return "preemption: not eligible due to preemptionPolicy=Never."
-    outcome: list[_Status] = []
-    for node in nodes:
-        status = statuses[node.name]
-        if status.unresolvable:
-            outcome.append(_Status((_NOT_HELPFUL,), True))
-        elif not any(p.priority < info.priority for p in node.pods):
-            outcome.append(_Status((_NO_VICTIMS,), True))
-        else:
-            # Evicting every lower-priority pod: if that is still not enough, say why;
-            # if it would be, real kube-scheduler would preempt (the sim does not).
-            after = _filter(info, node.without_priority_below(info.priority))
-            outcome.append(after if after is not None else _Status((_NO_VICTIMS,), True))
-    return "preemption: " + fit_error_message(len(nodes), (st.reasons for st in outcome))
 
 
 _V = TypeVar("_V")
@@ -320,33 +162,6 @@ def _pruned(table: dict[str, _V], pods: Mapping[str, Obj]) -> dict[str, _V]:
     if len(table) <= 2 * len(pods) + 1024:
         return table
     return {uid: v for uid, v in table.items() if uid in pods}
-
-
-def _signature(info: _PodInfo) -> str:
-    """Everything the filters and the preemption message read from a pod; computed once
-    per pod version (cached on ``info``)."""
-    if not info.signature:
-        info.signature = _compute_signature(info)
-    return info.signature
-
-
-def _compute_signature(info: _PodInfo) -> str:
-    spec = info.pod.get("spec") or {}
-    return json.dumps(
-        [
-            sorted((k, str(v)) for k, v in info.requests.items()),
-            repr(info.demand),
-            info.priority,
-            spec.get("preemptionPolicy"),
-            spec.get("tolerations"),
-            spec.get("nodeSelector"),
-            (spec.get("affinity") or {}).get("nodeAffinity"),
-            spec.get("resourceClaims"),
-            (info.pod.get("status") or {}).get("resourceClaimStatuses"),
-        ],
-        sort_keys=True,
-        default=str,
-    )
 
 
 def _condition(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -405,13 +220,13 @@ class SimScheduler:
         self._names = tuple(dict.fromkeys(scheduler_names))
         self._resync = resync_seconds
         self._recorders: dict[str, EventRecorder] = {}
-        self._cache: dict[str, tuple[str, _PodInfo | None]] = {}
-        self._nodes: dict[str, tuple[tuple[str, str], _NodeInfo]] = {}
+        self._cache: dict[str, tuple[str, PodInfo | None]] = {}
+        self._nodes: dict[str, tuple[tuple[str, str], NodeInfo]] = {}
         self._view = PodView(store)
         #: node -> ((PodView.node_version, node uid, node resourceVersion), its bound
         #: pods' infos, their summed requests, the GPU share used on each device)
         self._bound: dict[
-            str, tuple[tuple[int, str, str], list[_PodInfo], dict[str, Decimal], list[float]]
+            str, tuple[tuple[int, str, str], list[PodInfo], dict[str, Decimal], list[float]]
         ] = {}
         self._warned: set[tuple[str, str]] = set()
         self._rng = random.Random()
@@ -557,7 +372,7 @@ class SimScheduler:
         view.refresh()
         token = self._cluster_token()
         now = time.monotonic()
-        pending: list[_PodInfo] = []
+        pending: list[PodInfo] = []
         for pod in view.pending.get(name, {}).values():
             if self._is_parked(pod, token, now):
                 continue
@@ -583,7 +398,7 @@ class SimScheduler:
         )
         ordered = sorted(nodes.values(), key=lambda n: n.name)
         failed: dict[str, str] = {}
-        verdicts: dict[str, dict[str, _Status | None]] = {}
+        verdicts: dict[str, dict[str, Status | None]] = {}
         state = (
             dra.DraState.load(self._store)
             if any((p.pod.get("spec") or {}).get("resourceClaims") for p in pending)
@@ -600,8 +415,8 @@ class SimScheduler:
     def _serves(pod: Mapping[str, Any], name: str) -> bool:
         return ((pod.get("spec") or {}).get("schedulerName") or "default-scheduler") == name
 
-    def _node_with_pods(self, node: Obj) -> _NodeInfo:
-        """A fresh `_NodeInfo` of ``node`` holding its bound pods; the pods' infos and
+    def _node_with_pods(self, node: Obj) -> NodeInfo:
+        """A fresh `NodeInfo` of ``node`` holding its bound pods; the pods' infos and
         summed requests are cached per node until the view says its pods changed."""
         meta = node["metadata"]
         name = meta["name"]
@@ -613,11 +428,11 @@ class SimScheduler:
         )
         cached = self._bound.get(name)
         if cached is None or cached[0] != version:
-            summed = _NodeInfo(node, name, info.allocatable, info.devices, hami=info.hami)
+            summed = NodeInfo(node, name, info.allocatable, info.devices, plugin=info.plugin)
             for pod in self._view.bound_on(name):
                 if is_terminal(pod):
                     continue
-                summed.add(self._info(pod) or _PodInfo(pod, 0, {"pods": Decimal(1)}, None))
+                summed.add(self._info(pod) or PodInfo(pod, 0, {"pods": Decimal(1)}, None))
             summed.refresh_gpus()
             cached = (version, summed.pods, summed.requested, summed.gpu_used)
             self._bound[name] = cached
@@ -626,31 +441,32 @@ class SimScheduler:
         info.gpu_used = list(cached[3])
         return info
 
-    def _node_info(self, node: Obj) -> _NodeInfo:
-        """A fresh `_NodeInfo` of ``node`` with no pods; its parsed allocatable, devices,
-        taints and HAMi flag are cached per uid and resourceVersion."""
+    def _node_info(self, node: Obj) -> NodeInfo:
+        """A fresh `NodeInfo` of ``node`` with no pods; its parsed allocatable, devices,
+        taints and GPU agent are cached per uid and resourceVersion."""
         meta = node["metadata"]
         key = (meta.get("uid", ""), meta.get("resourceVersion", ""))
         cached = self._nodes.get(meta["name"])
         if cached is None or cached[0] != key:
+            plugin = deviceplugins.node_plugin(node)
             cached = (
                 key,
-                _NodeInfo(
+                NodeInfo(
                     node,
                     meta["name"],
-                    _quantities((node.get("status") or {}).get("allocatable")),
-                    gpushare.node_devices(node),
+                    quantities((node.get("status") or {}).get("allocatable")),
+                    gpushare.node_devices(node, plugin),
                     node_taints(node),
-                    hami=hami.runs_hami(meta.get("labels") or {}),
+                    plugin=plugin,
                 ),
             )
             self._nodes[meta["name"]] = cached
         base = cached[1]
-        return _NodeInfo(
-            node, base.name, base.allocatable, base.devices, base.taints, hami=base.hami
+        return NodeInfo(
+            node, base.name, base.allocatable, base.devices, base.taints, plugin=base.plugin
         )
 
-    def _info(self, pod: Obj) -> _PodInfo | None:
+    def _info(self, pod: Obj) -> PodInfo | None:
         """Requests and GPU demand of ``pod``, cached per resourceVersion; None (with one
         warning) if a quantity or annotation does not parse."""
         uid, rv = pod["metadata"]["uid"], pod["metadata"].get("resourceVersion", "")
@@ -659,9 +475,9 @@ class SimScheduler:
             if cached[1] is not None:
                 cached[1].pod = pod
             return cached[1]
-        info: _PodInfo | None
+        info: PodInfo | None
         try:
-            info = _PodInfo(
+            info = PodInfo(
                 pod,
                 int((pod.get("spec") or {}).get("priority") or 0),
                 pod_requests(pod),
@@ -677,15 +493,15 @@ class SimScheduler:
 
     def _schedule(
         self,
-        info: _PodInfo,
-        nodes: list[_NodeInfo],
+        info: PodInfo,
+        nodes: list[NodeInfo],
         failed: dict[str, str],
         state: dra.DraState | None,
         token: tuple[int, ...],
-        verdicts: dict[str, dict[str, _Status | None]],
+        verdicts: dict[str, dict[str, Status | None]],
     ) -> bool:
         """Bind ``info`` or mark it unschedulable (and park it, with ``token``, the
-        pass's `_cluster_token`). ``failed`` maps the `_signature` of
+        pass's `_cluster_token`). ``failed`` maps the `signature` of
         pods found unschedulable in this pass (since the last bind) to their message:
         an identical pod gets the same verdict without filtering every node again.
         ``verdicts`` (signature -> node name -> `_filter`'s result) remembers the
@@ -698,22 +514,22 @@ class SimScheduler:
             try:
                 claims = dra.pod_claims(info.pod, state)
             except dra.ClaimError as e:  # PreEnqueue: not tried, no condition written
-                key = (info.pod["metadata"]["uid"], str(e))
-                if key not in self._warned:
-                    self._warned.add(key)
+                warned = (info.pod["metadata"]["uid"], str(e))
+                if warned not in self._warned:
+                    self._warned.add(warned)
                     log.info("%s waits: %s", _ref(info.pod), e)
                 return False
         if not nodes:
-            self._unschedulable(info.pod, NO_NODES, token)
+            self._unschedulable(info.pod, fit_error(info, [], {}), token)
             return False
-        signature = _signature(info)
-        if signature in failed:
-            self._unschedulable(info.pod, failed[signature], token)
+        key = signature(info)
+        if key in failed:
+            self._unschedulable(info.pod, failed[key], token)
             return False
-        statuses: dict[str, _Status] = {}
-        feasible: list[_NodeInfo] = []
+        statuses: dict[str, Status] = {}
+        feasible: list[NodeInfo] = []
         allocations: dict[str, dict[tuple[str, str], list[tuple[str, dra.DeviceId]]]] = {}
-        known = {} if claims else verdicts.setdefault(signature, {})
+        known = {} if claims else verdicts.setdefault(key, {})
         for node in nodes:
             if node.name not in known:
                 known[node.name] = _filter(info, node)
@@ -722,7 +538,7 @@ class SimScheduler:
                 assert state is not None
                 allocated = dra.allocate(claims, node.name, state)
                 if isinstance(allocated, str):
-                    status = _Status((allocated,), True)
+                    status = Status((allocated,), True)
                 else:
                     allocations[node.name] = allocated
             if status is None:
@@ -730,23 +546,24 @@ class SimScheduler:
             else:
                 statuses[node.name] = status
         if not feasible:
-            post = _preemption_message(info, nodes, statuses)
-            failed[signature] = fit_error_message(
-                len(nodes), (st.reasons for st in statuses.values()), post
-            )
-            self._unschedulable(info.pod, failed[signature], token)
+            failed[key] = fit_error(info, nodes, statuses)
+            self._unschedulable(info.pod, failed[key], token)
             return False
         best = min(feasible, key=lambda n: (-sum(n.gpu_used), n.name))
         assignment: gpushare.Assignment = ()
+        annotations: dict[str, str] = {}
         if info.demand is not None and best.places_devices(info):
             placed = gpushare.place(info.demand, best.devices, best.gpu_used)
             assert not isinstance(placed, gpushare.NoFit)  # the filter just placed it
             assignment = placed
+            annotations = gpushare.bind_annotations(
+                info.demand, best.devices, assignment, time.time_ns()
+            )
         if claims:
             assert state is not None
             if not self._reserve_claims(info.pod, claims, allocations[best.name], best.name, state):
                 return False
-        if not self._bind(info.pod, best.name, assignment):
+        if not self._bind(info.pod, best.name, assignment, annotations):
             return False
         best.add(info)
         for index, share in assignment:
@@ -803,10 +620,18 @@ class SimScheduler:
             self._recorders[name] = EventRecorder(self._store, name)
         return self._recorders[name]
 
-    def _bind(self, pod: Obj, node: str, assignment: gpushare.Assignment) -> bool:
+    def _bind(
+        self,
+        pod: Obj,
+        node: str,
+        assignment: gpushare.Assignment,
+        extra: Mapping[str, str] | None = None,
+    ) -> bool:
         """What the pods/binding subresource does, in one write: ``spec.nodeName`` (a
         Conflict if the pod is bound already or being deleted), the binding's annotations
-        and condition ``PodScheduled=True``. A KAI fractional pod first gets its GPU groups (`_reserve`)."""
+        (`gpushare.DEVICES_ANNOTATION`, plus ``extra``: gpushare's extender patches its
+        own just before it binds) and condition ``PodScheduled=True``. A KAI fractional
+        pod first gets its GPU groups (`_reserve`)."""
         meta = pod["metadata"]
         now = rfc3339(datetime.now(UTC))
         labels: dict[str, str] = {}
@@ -835,6 +660,7 @@ class SimScheduler:
             if assignment:
                 annotations = obj["metadata"].setdefault("annotations", {})
                 annotations[gpushare.DEVICES_ANNOTATION] = gpushare.format_assignment(assignment)
+                annotations.update(extra or {})
 
         def bind(obj: Obj) -> None:  # one write, as BindingREST's assignPod
             set_node(obj)
