@@ -1,7 +1,9 @@
 """What `controller.plan.plan` reads and decides: its settings (`PlanConfig`), the
 cluster it looks at (`Snapshot`), and the `Plan` it returns, whose actions the executor
 (`controller.executor.Executor`) writes and whose `Bookkeeping` the controller's memory
-(`controller.memory.Memory`) records. Values only.
+(`controller.memory.Memory`) records. Values only. The actions carry why they were
+decided as typed reasons (`controller.reasons`); their texts come from
+`controller.messages`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 
+from controller.messages import delete_text, failure_text
 from controller.model import (
     GroupKey,
     InvalidPod,
@@ -23,6 +26,7 @@ from controller.model import (
 )
 from controller.nodes import NodeClaimInfo, NodeInfo, NodePoolInfo, Nomination, Refusal
 from controller.placement import Placements
+from controller.reasons import DeleteReason, FailureReason, StatusReason
 from controller.triggers import TriggerSettings
 
 
@@ -143,6 +147,9 @@ class SetStatus:
     seconds_to_node: float | None = None
     #: A new retry state to write with it (annotation `controller.model.ANNOTATION_RETRY`).
     retry: RetryState | None = None
+    #: Why: the typed reason ``status`` and ``event`` were made from
+    #: (`controller.statuses.told`); None for one made otherwise.
+    why: StatusReason | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,12 +162,12 @@ class LinkTrigger:
 
 @dataclass(frozen=True, slots=True)
 class DeleteTrigger:
-    """Delete a trigger pod (uid-guarded). ``cover``: its pods, told ``NodeReady`` on
-    NodeClaim ``node_claim``; the controller's memory covers them before the delete is
-    sent (`Bookkeeping.covers`)."""
+    """Delete a trigger pod (uid-guarded), because of ``why`` (a typed reason, or its
+    text). ``cover``: its pods, told ``NodeReady`` on NodeClaim ``node_claim``; the
+    controller's memory covers them before the delete is sent (`Bookkeeping.covers`)."""
 
     ref: PodRef
-    reason: str
+    why: DeleteReason | str
     cover: tuple[PodRef, ...] = ()
     node_claim: str | None = None
     #: The trigger failed: its pods' new retry states, held by the controller's memory
@@ -169,13 +176,24 @@ class DeleteTrigger:
     #: No pod needs it any more: the group it served starts its cooldown.
     orphan: GroupKey | None = None
 
+    @property
+    def reason(self) -> str:
+        """``why`` in words (`controller.messages.delete_text`), as the executor logs it."""
+        return self.why if isinstance(self.why, str) else delete_text(self.why)
+
 
 @dataclass(frozen=True, slots=True)
 class DeleteNodeClaim:
-    """Delete a NodeClaim bought for a trigger that never initialized."""
+    """Delete a NodeClaim bought for a trigger that never initialized, because of ``why``
+    (the trigger's failure, or its text)."""
 
     name: str
-    reason: str
+    why: FailureReason | str
+
+    @property
+    def reason(self) -> str:
+        """``why`` in words (`controller.messages.failure_text`), as the executor logs it."""
+        return self.why if isinstance(self.why, str) else failure_text(self.why)
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from decimal import Decimal
 
 from controller.model import RetryState, TriggerInfo, parse_time
 from controller.nodes import NodeClaimInfo, NodeInfo, Refusal
+from controller.reasons import ClaimDeleted, ClaimNotReady, FailureReason, PoolAtLimits
 
 
 def stamp(when: datetime) -> str:
@@ -55,10 +56,10 @@ def backoff_seconds(attempts: int, base: float, maximum: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """Why a live trigger failed, and the NodeClaim to delete with it (one that never
-    initialized), if any."""
+    """Why a live trigger failed (``why``, `controller.messages.failure_text` words it),
+    and the NodeClaim to delete with it (one that never initialized), if any."""
 
-    reason: str
+    why: FailureReason
     delete_claim: str | None = None
 
 
@@ -88,19 +89,13 @@ def trigger_failure(
     """
     if linked is None:
         if refusal is not None and refusal.uid in ("", trigger.ref.uid):
-            return Failure(
-                f"NodePool {trigger.pool} is at its limits; Karpenter said: {refusal.message}"
-            )
+            return Failure(PoolAtLimits(trigger.pool, refusal.message))
         recorded = claims.get(trigger.node_claim or "") if trigger.node_claim else None
         gone = bool(trigger.node_claim) and (
             recorded is None or (recorded.deleting and not recorded.ready)
         )
         if gone or lost:
-            return Failure(
-                f"NodeClaim {trigger.node_claim if gone else lost} was deleted before it was "
-                "Ready (Karpenter deletes a NodeClaim when the cloud has no capacity for it, "
-                "or when it does not launch within 5 min or register within 15 min)"
-            )
+            return Failure(ClaimDeleted((trigger.node_claim if gone else lost) or ""))
         return None
     if linked.ready or linked.deleting or linked.created is None:
         return None
@@ -109,13 +104,9 @@ def trigger_failure(
     waiting = [
         k for k in ("Launched", "Registered", "Initialized") if linked.conditions.get(k) != "True"
     ]
-    reason = (
-        f"NodeClaim {linked.name} was not Ready {init_timeout_seconds:g}s after its creation "
-        f"(not yet {', '.join(waiting) or 'Ready'})"
-    )
-    if (used or {}).get(linked.node_name or "", Decimal(0)) > 0:
-        return Failure(reason + "; kept: pods run on its node")
-    return Failure(reason + "; deleted it", delete_claim=linked.name)
+    kept = (used or {}).get(linked.node_name or "", Decimal(0)) > 0
+    why = ClaimNotReady(linked.name, init_timeout_seconds, tuple(waiting), kept)
+    return Failure(why, delete_claim=None if kept else linked.name)
 
 
 def init_overdue(
@@ -137,7 +128,8 @@ def next_retry(
     base: float,
     maximum: float,
 ) -> RetryState:
-    """The retry state after one more failure of ``reason`` at ``now``."""
+    """The retry state after one more failure at ``now``; ``reason``: its text
+    (`controller.messages.failure_text`), which the pod's retry annotation keeps."""
     attempts = (previous.attempts if previous is not None else 0) + 1
     at = now + timedelta(seconds=backoff_seconds(attempts, base, maximum))
     return RetryState(attempts, stamp(at), reason)

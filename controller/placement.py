@@ -51,6 +51,7 @@ from typing import Any, Final
 from controller import karpenter
 from controller.model import Requirement
 from controller.nodes import NodePoolInfo
+from controller.reasons import NoPoolPlaces
 from intent.contract import Intent
 
 #: The sharing layers, as `intent.contract.Source.where` names them (`intent.sharing`
@@ -62,40 +63,6 @@ LAYERS: Final = ("hami", "kai", "tensor-fusion", "dra", "volcano", "aliyun", "qg
 #: controllers/state_manager.go). A pool that makes GPU nodes makes nodes with them, though
 #: Karpenter cannot know it.
 RUNTIME_GPU_LABELS: Final[Mapping[str, str]] = {"nvidia.com/gpu.present": "true"}
-
-#: Per layer: where its agent runs, and the setting that decides it (for messages).
-_WHERE: Final[Mapping[str, tuple[str, str]]] = {
-    "hami": ("where HAMi's device plugin runs", "HAMi chart devicePlugin.nvidiaNodeSelector"),
-    "kai": (
-        "where KAI's pods get GPUs from the plain device plugin (not HAMi's)",
-        "the HAMi placement it excludes",
-    ),
-    "tensor-fusion": (
-        "where tensor-fusion's GPUPool selects nodes",
-        "GPUPool spec.nodeManagerConfig.nodeSelector",
-    ),
-    "dra": (
-        "where NVIDIA's DRA kubelet plugin runs",
-        "the GPU Operator's nvidia.com/gpu.deploy.device-plugin switch",
-    ),
-    "volcano": (
-        "where Volcano's vGPU device plugin runs",
-        "its DaemonSet, on every node by default",
-    ),
-    "aliyun": (
-        "where Alibaba's gpushare device plugin runs",
-        "its DaemonSet's nodeSelector gpushare=true",
-    ),
-    "qgpu": ("where TKE's qGPU device plugin runs", "the label TKE puts on qGPU nodes"),
-    "vcuda": (
-        "where tkestack's gpu-manager runs",
-        "its DaemonSet's nodeSelector nvidia-device-enable=enable",
-    ),
-    "mig": (
-        "where the GPU Operator's MIG manager has split the GPUs",
-        "the nvidia.com/mig.config label, a mig-parted profile such as all-1g.5gb",
-    ),
-}
 
 Requirements = tuple[Requirement, ...]
 
@@ -254,20 +221,16 @@ def labels_meet(requirements: Requirements, labels: Mapping[str, str]) -> bool:
     return True
 
 
-def unplaceable(intent: Intent, placements: Placements, pool: NodePoolInfo) -> str:
-    """The ``Unresolvable`` message for a pod of ``intent`` that ``pool`` would otherwise
-    serve but no NodePool can place: the label and value it needs, where that comes
-    from, and what to set."""
+def unplaceable(intent: Intent, placements: Placements, pool: NodePoolInfo) -> NoPoolPlaces:
+    """Why a pod of ``intent`` that ``pool`` would otherwise serve cannot be placed (its
+    ``Unresolvable`` reason, `controller.messages` words it): the first of its layers
+    whose placement ``pool`` cannot meet, and the requirement it misses (none named when
+    every layer's is met)."""
     for layer in layers_of(intent):
         missing = unmet(placements.of(layer), pool)
         if missing is not None:
-            what, setting = _WHERE[layer]
-            return (
-                f"no NodePool makes nodes with {show(missing)}, {what} ({setting}); add "
-                f"the label to a GPU NodePool's template (spec.template.metadata.labels), "
-                f"or set --placement {layer}=... (chart value controller.placement.{layer})"
-            )
-    return "no NodePool makes nodes where this pod's GPU-sharing layer runs"
+            return NoPoolPlaces(layer, missing)
+    return NoPoolPlaces()
 
 
 def unplaceable_layer(intent: Intent, placements: Placements, pool: NodePoolInfo) -> str:

@@ -44,7 +44,9 @@ buys its demand, then `_settle` decides each of its live triggers). Its pure hel
 live beside it: `controller.pools` (the NodePool, and whether its nodes can run the
 pod), `controller.packing` (GPU needs, bins, the spare GPUs of triggers),
 `controller.statuses` (what pods are told) and `controller.decisions` (the settings,
-the snapshot and the plan).
+the snapshot and the plan). What it decides carries why as typed reasons
+(`controller.reasons`: what each pod is told, why a trigger waits, fails or is
+deleted); their words are `controller.messages`' alone.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ from controller.decisions import (
     Snapshot,
 )
 from controller.failures import Failure, effective_retry, next_retry, retry_due, trigger_failure
+from controller.messages import failure_text
 from controller.model import (
     GroupKey,
     InvalidPod,
@@ -82,7 +85,28 @@ from controller.model import (
 from controller.nodes import NodeClaimInfo, NodePoolInfo, Nomination
 from controller.packing import Bin, TriggerCapacity, gpu_need, pack
 from controller.pools import PoolResolver, resolve_pool
-from controller.statuses import Told
+from controller.reasons import (
+    ClaimReady,
+    Cooldown,
+    FreeGpus,
+    HeldBack,
+    Hold,
+    Invalid,
+    Native,
+    NodeReady,
+    NotNeeded,
+    PoolTriggerLimit,
+    Provisioning,
+    RateLimited,
+    Scheduled,
+    StatusReason,
+    TooManyGpus,
+    Triggered,
+    TriggerFailed,
+    TriggerLimit,
+    Unresolvable,
+    retrying,
+)
 from controller.triggers import LINKED_REASON, trigger_name, trigger_pod
 from intent.contract import Phase, Source
 from intent.keys import NVIDIA_GPU, UNSCHEDULABLE
@@ -131,11 +155,12 @@ class _Pass:
     pool_live: defaultdict[str, int] = field(default_factory=lambda: defaultdict(int))
     tokens: int | None = None
 
-    def tell(self, pod: PendingPod | InvalidPod, told: Told) -> None:
-        """Tell ``pod`` a status (and record its Event), unless it knows already."""
-        status, event = told
-        if not status.same_state(pod.status):
-            self.statuses.append(SetStatus(pod.ref, status, event))
+    def tell(self, pod: PendingPod | InvalidPod, why: StatusReason) -> None:
+        """Tell ``pod`` the status ``why`` makes (`controller.statuses.told`, and record
+        its Event), unless it knows already (`controller.statuses.knows`)."""
+        if not statuses.knows(pod.status, why):
+            status, event = statuses.told(why, self.stamp)
+            self.statuses.append(SetStatus(pod.ref, status, event, why=why))
 
     def to_plan(self, labels: tuple[LabelNode, ...]) -> Plan:
         """The `Plan` of what was decided: no link or mark for a trigger this pass
@@ -191,22 +216,22 @@ def _classify(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> dict[str, 
     pools = PoolResolver(snapshot.nodepools, config)
     for pod in snapshot.pods:  # order-free: packing sorts what it packs
         if isinstance(pod, InvalidPod):
-            work.tell(pod, statuses.invalid(pod.error, work.stamp))
+            work.tell(pod, Invalid(pod.error))
             continue
         if is_native(pod):
-            work.tell(pod, statuses.native(work.stamp))
+            work.tell(pod, Native())
             continue
         if pod.ref in held:
             continue
-        pool, why = pools.resolve(pod)
-        if pool is None:
-            work.tell(pod, statuses.unresolvable(why, work.stamp))
+        pool = pools.resolve(pod)
+        if not isinstance(pool, NodePoolInfo):
+            work.tell(pod, Unresolvable(pool))
             continue
         retry = effective_retry(pod.retry, snapshot.retries.get((pod.ref.namespace, pod.ref.name)))
         if retry is not None and (
             retry.attempts >= config.retry_attempts or not retry_due(retry, snapshot.now)
         ):
-            work.tell(pod, statuses.retrying(pod.ref, retry, config.retry_attempts, work.stamp))
+            work.tell(pod, retrying(pod.ref, retry, config.retry_attempts))
             continue
         work.groups[_group_key(pod, pool, config)].append(pod)
     return free
@@ -244,7 +269,7 @@ def _place_on_free(
                 config.trigger.profile,
             )
             for pod, host in placed:
-                work.tell(pod, statuses.free_gpus(host, work.stamp))
+                work.tell(pod, FreeGpus.of(host))
 
 
 def _report_scheduled(snapshot: Snapshot, work: _Pass) -> None:
@@ -262,8 +287,9 @@ def _report_scheduled(snapshot: Snapshot, work: _Pass) -> None:
         if claim_name is None and not _named_late(done, snapshot.now):
             continue
         claim = claims.get(claim_name) if claim_name else None
-        status, event = statuses.scheduled(done.node, claim_name, claim, work.stamp)
-        work.statuses.append(SetStatus(done.ref, status, event, done.seconds_to_node))
+        why = Scheduled.of(done.node, claim_name, claim)
+        status, event = statuses.told(why, work.stamp)
+        work.statuses.append(SetStatus(done.ref, status, event, done.seconds_to_node, why=why))
 
 
 def _link_and_mark(snapshot: Snapshot, work: _Pass) -> None:
@@ -357,10 +383,10 @@ def _fill(
         if holder is not None:
             served[holder.ref].append(bin_)
             continue
-        why = _held_back(snapshot, config, work, key, bin_.size)
-        if why is not None:
+        hold = _held_back(snapshot, config, work, key, bin_.size)
+        if hold is not None:
             for pod in bin_.pods:
-                work.tell(pod, statuses.waiting(why, work.stamp))
+                work.tell(pod, HeldBack(hold))
             continue
         work.creates.append(_new_trigger(snapshot, config, work, key, bin_))
     return served
@@ -401,31 +427,22 @@ def _stay_linked(
 
 def _held_back(
     snapshot: Snapshot, config: PlanConfig, work: _Pass, key: GroupKey, gpus: int
-) -> str | None:
+) -> Hold | None:
     """Why a new trigger for ``gpus`` GPUs of group ``key`` waits, None when it may be
     created: the group's cooldown after a trigger was removed unneeded, the GPUs-per-
     trigger cap, the trigger limits (in all, then per NodePool), the creation rate."""
     removed = snapshot.removals.get(key)
     if removed is not None and snapshot.now - removed < timedelta(seconds=config.cooldown_seconds):
-        return (
-            f"a trigger of this group was removed as unneeded at {removed:%H:%M:%S}; "
-            f"waiting out the {config.cooldown_seconds:g}s cooldown before buying again"
-        )
+        return Cooldown(removed, config.cooldown_seconds)
     if gpus > config.max_gpus_per_trigger:
-        return (
-            f"needs {gpus} GPUs in one trigger, more than the cap of "
-            f"{config.max_gpus_per_trigger} (--max-gpus-per-trigger); waiting"
-        )
+        return TooManyGpus(gpus, config.max_gpus_per_trigger)
     if work.budget <= 0:
-        return f"trigger limit ({config.max_triggers}) reached; waiting"
+        return TriggerLimit(config.max_triggers)
     cap = config.max_triggers_per_pool
     if cap and work.pool_live[key.pool] >= cap:
-        return (
-            f"trigger limit of NodePool {key.pool} ({cap}, --max-triggers-per-pool) "
-            "reached; waiting"
-        )
+        return PoolTriggerLimit(key.pool, cap)
     if work.tokens is not None and work.tokens <= 0:
-        return "trigger creation rate limit reached; waiting"
+        return RateLimited()
     return None
 
 
@@ -475,16 +492,12 @@ def _settle(
     if not bins:
         if claim is not None and not claim.ready:
             return  # capacity on its way: kept as supply, deleted once Ready
-        reason = (
-            f"NodeClaim {claim.name} is Ready and no pending pod needs it"
-            if claim is not None
-            else "no pending pod needs it any more"
-        )
         # Nothing was bought for it yet: the group cools down (pods that come and
         # go would otherwise make a trigger, and maybe a NodeClaim, each time). A
         # Ready NodeClaim's free GPUs take new pods of the group instead.
         orphan = trigger.group if claim is None else None
-        work.deletes.append(DeleteTrigger(trigger.ref, reason, orphan=orphan))
+        unneeded = NotNeeded(claim.name if claim is not None else None)
+        work.deletes.append(DeleteTrigger(trigger.ref, unneeded, orphan=orphan))
         return
     _tell_progress(work, trigger, claim, bins, pods)
 
@@ -501,25 +514,27 @@ def _fail(
     state (`controller.failures.next_retry`), held by the executor until written: told
     ``Waiting`` out its backoff, or ``Failed`` after the last attempt."""
     failure = work.failures[trigger.ref]
+    # The retry annotation keeps the failure's text: a restarted controller reads it back.
+    reason = failure_text(failure.why)
     retries = []
     for pod in pods:
         held_retry = snapshot.retries.get((pod.ref.namespace, pod.ref.name))
         retry = next_retry(
             effective_retry(pod.retry, held_retry),
-            failure.reason,
+            reason,
             snapshot.now,
             config.retry_base_seconds,
             config.retry_max_seconds,
         )
         retries.append((pod.ref, retry))
-        status, event = statuses.retrying(pod.ref, retry, config.retry_attempts, work.stamp)
-        work.statuses.append(SetStatus(pod.ref, status, event, retry=retry))
-    work.deletes.append(
-        DeleteTrigger(trigger.ref, f"failed: {failure.reason}", retries=tuple(retries))
-    )
+        why = retrying(pod.ref, retry, config.retry_attempts)
+        status, event = statuses.told(why, work.stamp)
+        work.statuses.append(SetStatus(pod.ref, status, event, retry=retry, why=why))
+    failed = TriggerFailed(failure.why)
+    work.deletes.append(DeleteTrigger(trigger.ref, failed, retries=tuple(retries)))
     if failure.delete_claim:
         work.claim_deletes[failure.delete_claim] = DeleteNodeClaim(
-            failure.delete_claim, failure.reason
+            failure.delete_claim, failure.why
         )
 
 
@@ -542,23 +557,20 @@ def _tell_progress(
             for p in pods
         ):
             return  # every pod already knows (the steady case): no message to build
+    why: StatusReason
     if claim is None:
-        told = statuses.triggered(name, trigger.gpus, trigger.pool, work.stamp)
+        why = Triggered(name, trigger.gpus, trigger.pool)
     elif claim.ready:
-        told = statuses.node_ready(claim, name, work.stamp)
+        why = NodeReady.of(claim, name)
+        ready = ClaimReady(claim.name)
         work.deletes.append(
-            DeleteTrigger(
-                trigger.ref,
-                f"NodeClaim {claim.name} is Ready",
-                tuple(p.ref for p in pods),
-                claim.name,
-            )
+            DeleteTrigger(trigger.ref, ready, tuple(p.ref for p in pods), claim.name)
         )
     else:
         used = sum((b.used for b in bins), Decimal(0))
-        told = statuses.provisioning(claim, trigger, used, len(pods), work.stamp)
+        why = Provisioning.of(claim, trigger, used, len(pods))
     for pod in pods:
-        work.tell(pod, told)
+        work.tell(pod, why)
 
 
 def _node_labels(snapshot: Snapshot, live: Sequence[TriggerInfo]) -> tuple[LabelNode, ...]:

@@ -1,6 +1,8 @@
 """Pool resolution, pure: the NodePool a pod's trigger targets (`resolve_pool`) and
 whether a new node of that pool can run the pod at all (`unmet_constraint`: its node
-selector and required node affinity against what the pool's nodes will carry).
+selector and required node affinity against what the pool's nodes will carry). Where
+there is none it says why as a typed reason (`controller.reasons.NoPool`,
+`controller.reasons.Constraint`); `controller.messages` words it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,19 @@ from controller import karpenter, placement
 from controller.decisions import PlanConfig
 from controller.model import PendingPod, Requirement, Toleration, untolerated_taint
 from controller.nodes import NodePoolInfo
+from controller.reasons import (
+    AffinityUnmet,
+    Constraint,
+    DefaultPoolMissing,
+    NoDefaultPool,
+    NoNodeRuns,
+    NoPool,
+    NoPoolOffers,
+    OfferingPoolsRefuse,
+    SelectorLabelUnknown,
+    SelectorNotAdmitted,
+    TaintRefused,
+)
 from intent.providers import pool_admits_model
 
 #: What `resolve_pool` reads of a pod (`pool_key`): its intent's pool, model and GPU
@@ -29,13 +44,13 @@ def pool_key(pod: PendingPod) -> PoolKey:
 
 def resolve_pool(
     pod: PendingPod, pools: Mapping[str, NodePoolInfo], config: PlanConfig
-) -> tuple[NodePoolInfo | None, str]:
+) -> tuple[NodePoolInfo | None, NoPool | None]:
     """The NodePool a pod's trigger should target (`_resolve_any`), among the pools that
     make nodes where the pod's GPU-sharing layer runs (`controller.placement.unmet`
-    against ``config.placement``), and a message when there is none. When only a pool
-    that makes no such node would do, there is none, and the message names the label
-    and value that no NodePool puts on its nodes and what to set
-    (`controller.placement.unplaceable`): buying that node would not run the pod."""
+    against ``config.placement``), and why there is none (None when there is one). When
+    only a pool that makes no such node would do, there is none, and the reason
+    (`controller.reasons.NoPoolPlaces`, `controller.placement.unplaceable`) names the
+    requirement no NodePool's nodes meet: buying that node would not run the pod."""
     needs = config.placement.for_intent(pod.intent)
     if not needs:
         return _resolve_any(pod, pools, config)
@@ -46,7 +61,7 @@ def resolve_pool(
         # takes the first GPU pool that can (its trigger asks for that memory).
         anywhere = dataclasses.replace(config, default_nodepool=None)
         if (other := _resolve_any(pod, fit, anywhere)[0]) is not None:
-            pool, why = other, ""
+            pool, why = other, None
     if pool is None and len(fit) < len(pools):
         other, _ = _resolve_any(pod, pools, config)
         if other is not None:
@@ -68,8 +83,9 @@ def unplaced_layer(pod: PendingPod, pools: Mapping[str, NodePoolInfo], config: P
 
 def _resolve_any(
     pod: PendingPod, pools: Mapping[str, NodePoolInfo], config: PlanConfig
-) -> tuple[NodePoolInfo | None, str]:
-    """The NodePool a pod's trigger should target, and a message when there is none.
+) -> tuple[NodePoolInfo | None, NoPool | None]:
+    """The NodePool a pod's trigger should target, and why there is none (None when
+    there is one).
 
     Order: the pool the intent names if it exists, is Ready and admits the model; for a
     model, the Ready pools that explicitly admit it (requirement ``In`` or template
@@ -84,7 +100,7 @@ def _resolve_any(
     a trigger tolerates its pool's taints, but the pod must run on the node, and a pool
     tainted for DRA pods only took KAI pods' A100 triggers in `bench.scaleup_time`
     before. A pod that tolerates none of the pools that would do gets no pool, and the
-    message names the taint.
+    reason names the taint (`controller.reasons.TaintRefused`).
     """
     profile = config.trigger.profile
     label = profile.model_label
@@ -96,12 +112,11 @@ def _resolve_any(
     model = pod.intent.model
     ready = sorted((p for p in pools.values() if p.ready), key=lambda p: (-p.weight, p.name))
 
-    def refused(pool: NodePoolInfo) -> str:
+    def refused(pool: NodePoolInfo) -> TaintRefused:
         taint = untolerated_taint(pod.tolerations, pool.taints) or {}
-        value = f"={taint['value']}" if taint.get("value") else ""
-        return (
-            f"the pod does not tolerate NodePool {pool.name}'s taint "
-            f"{taint.get('key', '')}{value}:{taint.get('effect', '')}"
+        value = str(taint["value"]) if taint.get("value") else ""
+        return TaintRefused(
+            pool.name, str(taint.get("key", "")), value, str(taint.get("effect", ""))
         )
 
     def tolerated(pool: NodePoolInfo) -> bool:
@@ -109,33 +124,28 @@ def _resolve_any(
 
     named = pools.get(pod.intent.pool or "")
     if named is not None and named.ready and (model is None or offers(named, model)):
-        return (named, "") if tolerated(named) else (None, refused(named))
+        return (named, None) if tolerated(named) else (None, refused(named))
     if model is None:
         default = pools.get(config.default_nodepool or "")
         if default is not None and default.ready:
-            return (default, "") if tolerated(default) else (None, refused(default))
+            return (default, None) if tolerated(default) else (None, refused(default))
         gpu_pools = [p for p in ready if p.makes_gpus()]
         if pod.intent.gpu_memory_mib and gpu_pools and not config.default_nodepool:
             # the memory requirement lets Karpenter pick the GPU
             usable = [p for p in gpu_pools if tolerated(p)]
-            return (usable[0], "") if usable else (None, refused(gpu_pools[0]))
+            return (usable[0], None) if usable else (None, refused(gpu_pools[0]))
         if config.default_nodepool:
-            return (
-                None,
-                f"default NodePool {config.default_nodepool!r} does not exist or is not Ready",
-            )
-        return None, "the intent names no GPU model and no default NodePool is configured"
+            return None, DefaultPoolMissing(config.default_nodepool)
+        return None, NoDefaultPool()
     explicit = [p for p in ready if offers(p, model) and label in p.label_keys()]
     implicit = [p for p in ready if offers(p, model) and p.makes_gpus()]
     if not (explicit or implicit):
-        return None, f"no Ready NodePool offers GPU model {model!r} ({label})"
+        return None, NoPoolOffers(model, label)
     for candidates in (explicit, implicit):
         usable = [p for p in candidates if tolerated(p)]
         if usable:
-            return usable[0], ""
-    return None, f"no Ready NodePool offering GPU model {model!r} will take it: " + refused(
-        (explicit or implicit)[0]
-    )
+            return usable[0], None
+    return None, OfferingPoolsRefuse(model, refused((explicit or implicit)[0]))
 
 
 #: Label domains that agents running on GPU nodes set once the node has joined (NVIDIA
@@ -169,21 +179,19 @@ def _expression_met(r: Requirement, pool: NodePoolInfo) -> bool:
     return True  # Gt/Lt: numeric ranges are left to Karpenter
 
 
-def unmet_constraint(pod: PendingPod, pool: NodePoolInfo) -> str | None:
+def unmet_constraint(pod: PendingPod, pool: NodePoolInfo) -> Constraint | None:
     """The first term of ``pod``'s node selector or required node affinity that no node
-    ``pool`` makes can satisfy, worded for the pod's status; None when a new node of the
-    pool can run it. A key is satisfiable when the pool defines it (template label or
+    ``pool`` makes can satisfy (`controller.reasons.Constraint`); None when a new node of
+    the pool can run it. A key is satisfiable when the pool defines it (template label or
     requirement) and admits the value, or when nodes carry it without the pool
     (Karpenter's well-known labels, `RUNTIME_LABEL_PREFIXES`). Affinity terms are ORed:
     one satisfiable term is enough."""
     for key, value in pod.node_selector:
         if key in pool.label_keys():
             if not pool.admits(key, value):
-                return f"nodeSelector {key}={value}: NodePool {pool.name} does not admit it"
+                return SelectorNotAdmitted(key, value, pool.name)
         elif not _knowable(key):
-            return (
-                f"nodeSelector {key}={value}: no node of NodePool {pool.name} will have label {key}"
-            )
+            return SelectorLabelUnknown(key, value, pool.name)
     if pod.affinity_terms:
         failed = [
             next((r for r in term if not _expression_met(r, pool)), None)
@@ -192,11 +200,7 @@ def unmet_constraint(pod: PendingPod, pool: NodePoolInfo) -> str | None:
         if all(f is not None for f in failed):
             r = failed[0]
             assert r is not None
-            values = ",".join(r.values)
-            return (
-                f"required node affinity {r.key} {r.operator} [{values}]: "
-                f"no node of NodePool {pool.name} can satisfy it"
-            )
+            return AffinityUnmet(r, pool.name)
     return None
 
 
@@ -208,23 +212,22 @@ class PoolResolver:
     def __init__(self, pools: Mapping[str, NodePoolInfo], config: PlanConfig) -> None:
         self._pools = pools
         self._config = config
-        self._resolved: dict[PoolKey, tuple[NodePoolInfo | None, str]] = {}
-        self._unmet: dict[tuple[str, object, object], str | None] = {}
+        self._resolved: dict[PoolKey, tuple[NodePoolInfo | None, NoPool | None]] = {}
+        self._unmet: dict[tuple[str, object, object], Constraint | None] = {}
 
-    def resolve(self, pod: PendingPod) -> tuple[NodePoolInfo | None, str]:
-        """The NodePool ``pod``'s trigger targets, or None and why there is none: no pool
-        will take it (`resolve_pool`), or no node of it can run the pod
-        (`unmet_constraint`)."""
+    def resolve(self, pod: PendingPod) -> NodePoolInfo | NoPool:
+        """The NodePool ``pod``'s trigger targets, else why there is none: no pool will
+        take it (`resolve_pool`), or no node of it can run the pod (`NoNodeRuns`, with
+        what `unmet_constraint` found)."""
         where = pool_key(pod)
         if (resolved := self._resolved.get(where)) is None:
             resolved = self._resolved[where] = resolve_pool(pod, self._pools, self._config)
         pool, why = resolved
         if pool is None:
-            return None, why
+            assert why is not None  # resolve_pool gives a reason whenever it gives no pool
+            return why
         constraints = (pool.name, pod.node_selector, pod.affinity_terms)
         if constraints not in self._unmet:
             self._unmet[constraints] = unmet_constraint(pod, pool)
         unmet = self._unmet[constraints]
-        if unmet is not None:
-            return None, f"no node Karpenter can make will run this pod: {unmet}"
-        return pool, why
+        return pool if unmet is None else NoNodeRuns(unmet)

@@ -30,6 +30,7 @@ from typing import Any
 
 from controller import placement
 from controller.karpenter import is_copyable_label
+from controller.messages import trigger_condition
 from controller.model import (
     ANNOTATION_PLACEMENT,
     ANNOTATION_SELECTOR,
@@ -216,16 +217,10 @@ def condition_patch(stamp: str, node_claim: str | None = None) -> dict[str, Any]
     (pkg/utils/pod/scheduling.go), so Karpenter provisions for it. With it: reason
     `LINKED_REASON`, so Karpenter leaves it alone while that NodeClaim comes up (and the
     real pods, or a KAI reservation pod, may take the GPU before the trigger is deleted
-    without Karpenter buying again). ``stamp``: RFC 3339 time."""
-    if node_claim is None:
-        reason = UNSCHEDULABLE
-        message = (
-            "gpu-intent trigger: no scheduler binds it; it stands for GPU demand Karpenter "
-            "cannot see"
-        )
-    else:
-        reason = LINKED_REASON
-        message = f"gpu-intent trigger: NodeClaim {node_claim} is being provisioned for it"
+    without Karpenter buying again). ``stamp``: RFC 3339 time. The message is
+    `controller.messages.trigger_condition`'s."""
+    reason = UNSCHEDULABLE if node_claim is None else LINKED_REASON
+    message = trigger_condition(node_claim)
     return {
         "status": {
             "conditions": [

@@ -45,9 +45,7 @@ MWC = f"{FULLNAME}-{NAMESPACE}"
 
 def subcommand(name: str) -> argparse.ArgumentParser:
     """The argparse parser of ``gpu-intent <name>``."""
-    [sub] = [
-        a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
-    ]
+    [sub] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     parser = sub.choices[name]
     assert isinstance(parser, argparse.ArgumentParser)
     return parser
@@ -190,11 +188,7 @@ def test_controller_rbac_is_what_it_calls_and_nothing_else() -> None:
         # NodeClaim that never initializes deleted (Kube.delete_nodeclaim)
         ("karpenter.sh", "nodeclaims", "patch"),
         ("karpenter.sh", "nodeclaims", "delete"),
-        *{
-            ("resource.k8s.io", r, v)
-            for r in ("resourceclaims", "resourceslices")
-            for v in read
-        },
+        *{("resource.k8s.io", r, v) for r in ("resourceclaims", "resourceslices") for v in read},
         *{(g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")},
     }
     assert grants[("RoleBinding", NAMESPACE)] == {
@@ -367,14 +361,18 @@ def test_custom_selectors_are_anded_with_the_exclusions() -> None:
     assert not selector_matches(selector, ns)  # no team label
     monitoring = {**ns, "team": "ml", "kubernetes.io/metadata.name": "monitoring"}
     assert not selector_matches(selector, monitoring)
-    assert not selector_matches(selector, {**ns, "team": "ml", "kubernetes.io/metadata.name": NAMESPACE})
+    assert not selector_matches(
+        selector, {**ns, "team": "ml", "kubernetes.io/metadata.name": NAMESPACE}
+    )
     objects = entry["objectSelector"]
     assert selector_matches(objects, {"app": "x"})
     assert not selector_matches(objects, {"gpu-intent.io/skip": ""})
     assert not selector_matches(objects, {"gpu-intent.io/trigger": "true"})
     for name in (WEBHOOK, CONTROLLER):
         deployment = one(docs, "Deployment", name)
-        assert deployment["spec"]["template"]["spec"]["priorityClassName"] == "system-cluster-critical"
+        assert (
+            deployment["spec"]["template"]["spec"]["priorityClassName"] == "system-cluster-critical"
+        )
     args = flags(container(docs, CONTROLLER)["args"])
     assert args["--default-nodepool"] == "gpu-standard"
     assert args["--trigger-priority-class"] == "gpu-intent-trigger"
@@ -389,6 +387,34 @@ def test_the_catalog_value_reaches_the_webhook_as_a_file_it_loads(tmp_path: Path
     c = container(docs, WEBHOOK)
     mount = next(m for m in c["volumeMounts"] if m["name"] == "catalog")
     assert flags(c["args"])["--catalog"] == f"{mount['mountPath']}/catalog.yaml"
+
+
+def test_the_catalog_value_reaches_the_controller_as_a_file_it_loads(tmp_path: Path) -> None:
+    """controller.catalog, as webhook.catalog: a ConfigMap mounted where the controller's
+    --catalog points (its checksum rolls the pods), which its command line loads; none of
+    it without the value."""
+    from gpu_intent.cli.common import read_catalog
+    from gpu_intent.cli.controller import controller_config
+
+    docs = render("custom-selectors")
+    configmap = one(docs, "ConfigMap", f"{CONTROLLER}-catalog")
+    template = one(docs, "Deployment", CONTROLLER)["spec"]["template"]
+    [volume] = template["spec"]["volumes"]
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    assert "checksum/catalog" in template["metadata"]["annotations"]
+    c = container(docs, CONTROLLER)
+    [mount] = (m for m in c["volumeMounts"] if m["name"] == volume["name"])
+    assert flags(c["args"])["--catalog"] == f"{mount['mountPath']}/catalog.yaml"
+    file = tmp_path / "catalog.yaml"
+    file.write_text(configmap["data"]["catalog.yaml"])
+    here = [f"--catalog={file}" if a.startswith("--catalog=") else a for a in c["args"]]
+    args = build_parser().parse_args(here)
+    catalog = controller_config(args, read_catalog(args)).catalog
+    assert catalog is not None and catalog.gpus["rtx-pro-6000"].memory_mib == 98304
+    plain = render("default")
+    assert find(plain, "ConfigMap", f"{CONTROLLER}-catalog") == []
+    assert "--catalog" not in flags(container(plain, CONTROLLER)["args"])
+    assert "volumes" not in one(plain, "Deployment", CONTROLLER)["spec"]["template"]["spec"]
 
 
 def test_the_placement_values_become_the_controllers_placement() -> None:
@@ -480,7 +506,10 @@ def test_without_cert_manager_a_hook_job_runs_gpu_intent_certs_with_just_enough_
         "--webhook-configuration", MWC,
     ]  # fmt: skip
     cron = one(docs, "CronJob")
-    for spec in (job["spec"]["template"]["spec"], cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]):
+    for spec in (
+        job["spec"]["template"]["spec"],
+        cron["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+    ):
         [c] = spec["containers"]
         assert c["args"][1 : 1 + len(command)] == command
         assert spec["serviceAccountName"] == f"{FULLNAME}-certs"
@@ -490,7 +519,12 @@ def test_without_cert_manager_a_hook_job_runs_gpu_intent_certs_with_just_enough_
     role = one(docs, "Role", f"{FULLNAME}-certs")
     assert role["metadata"]["namespace"] == NAMESPACE
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [TLS_SECRET], "verbs": ["get", "update"]},
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": [TLS_SECRET],
+            "verbs": ["get", "update"],
+        },
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
     ]
     cluster_role = one(docs, "ClusterRole", f"{MWC}-certs")
@@ -594,7 +628,11 @@ def test_values_yaml_documents_every_value() -> None:
         if not value.strip():
             continue  # a map's key: its values are checked
         parent = next(
-            (j for j in range(i - 1, -1, -1) if lines[j].strip() and indent(lines[j]) < indent(line)),
+            (
+                j
+                for j in range(i - 1, -1, -1)
+                if lines[j].strip() and indent(lines[j]) < indent(line)
+            ),
             None,
         )
         assert commented(i) or (parent is not None and commented(parent)), (
@@ -628,6 +666,8 @@ def test_every_container_gets_the_log_format(
         [c] = spec["containers"]
         env = {e["name"]: e.get("value") for e in c["env"]}
         assert env["LOG_FORMAT"] == expected
-        if "--log-format" in global_options and (c["name"] != "certs" or "--secret" in options("certs")):
+        if "--log-format" in global_options and (
+            c["name"] != "certs" or "--secret" in options("certs")
+        ):
             monkeypatch.setenv("LOG_FORMAT", expected)
             assert build_parser().parse_args(c["args"]).log_format == expected

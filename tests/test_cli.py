@@ -330,6 +330,66 @@ def test_a_taken_webhook_port_is_one_line(tmp_path: Path) -> None:
     one_line(result, f"--listen 127.0.0.1:{port}", "in use")
 
 
+# --- the GPU catalog -----------------------------------------------------------------
+
+#: A catalog file with a GPU the built-in catalog does not know, as a DRA driver names it.
+EXTRA_GPU = """\
+gpus:
+  x9000:
+    model: x9000
+    vendor: nvidia
+    memory_mib: 65536
+    product_names: ["NVIDIA X9000"]
+    architecture: Blackwell
+"""
+
+
+def test_the_controller_infers_dra_pods_with_its_catalog_file(tmp_path: Path) -> None:
+    """``controller --catalog FILE`` (the webhook's flag): the controller's configuration
+    carries the file's catalog, and a DRA claim selecting the extra GPU's product name
+    gets that GPU's model, which the built-in catalog leaves open."""
+    from controller.dra import intents_to_record
+    from gpu_intent.cli import controller as controller_cli
+    from gpu_intent.cli.common import read_catalog
+    from intent.catalog import Catalog
+    from intent.contract import Intent
+
+    file = tmp_path / "catalog.yaml"
+    file.write_text(EXTRA_GPU)
+    args = cli.build_parser().parse_args(["controller", "--catalog", str(file)])
+    config = controller_cli.controller_config(args, read_catalog(args))
+    assert config.catalog is not None and config.catalog.gpus["x9000"].memory_mib == 65536
+    assert controller_cli.controller_config(args).catalog is None  # without it: built-in
+    selector = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA X9000"'
+    pod = {
+        "metadata": {"name": "a", "namespace": "ml", "uid": "u", "annotations": {}},
+        "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "c1"}],
+                 "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}]},
+        "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+    }  # fmt: skip
+    claims = {("ml", "c1"): {"devices": {"requests": [{"name": "gpu", "exactly": {
+        "deviceClassName": "gpu.nvidia.com", "selectors": [{"cel": {"expression": selector}}]}}]}}}  # fmt: skip
+
+    def model(catalog: Catalog | None) -> str | None:
+        [recorded], errors = intents_to_record([pod], claims, {"ml"}, catalog=catalog)
+        assert errors == []
+        intent = Intent.from_annotations(recorded.annotations)
+        assert intent is not None
+        return intent.model
+
+    assert model(config.catalog) == "x9000"
+    assert model(None) is None
+
+
+def test_the_controller_refuses_to_start_on_a_catalog_that_does_not_load(tmp_path: Path) -> None:
+    """Before it connects: one line naming the file and the entry, exit code 2."""
+    file = tmp_path / "catalog.yaml"
+    file.write_text("gpus: [1]\n")
+    one_line(run("controller", "--catalog", str(file)), str(file), "gpus: must be a mapping")
+    one_line(run("controller", "--catalog", str(tmp_path / "absent.yaml")), "absent.yaml")
+
+
 # --- help ----------------------------------------------------------------------------
 
 

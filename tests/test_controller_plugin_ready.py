@@ -86,3 +86,15 @@ def test_an_unregistered_nodeclaim_is_not_usable_whatever_its_node_shows() -> No
     cache.apply(Kind.NODES, "ADDED", node("ip-1", {"aliyun.com/gpu-mem": "15"}))
     claim = cache.nodeclaims()["nc-1"]
     assert claim.advertised and not claim.ready
+
+
+def test_a_plugin_ready_nodeclaim_tells_what_its_node_advertises() -> None:
+    from controller.reasons import NodeReady, Scheduled
+
+    cache = InformerCache(lambda: 0.0)
+    cache.apply(Kind.NODECLAIMS, "ADDED", registered("nc-mig", "ip-1"))
+    cache.apply(Kind.NODES, "ADDED", node("ip-1", {"nvidia.com/mig-1g.5gb": "56"}))
+    claim = cache.nodeclaims()["nc-mig"]
+    assert NodeReady.of(claim, "t-1").advertised == (("nvidia.com/mig-1g.5gb", "56"),)
+    assert Scheduled.of("ip-1", "nc-mig", claim).advertised == claim.advertised
+    assert NodeReady.of(claim, "t-1").dra_devices is None

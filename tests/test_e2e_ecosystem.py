@@ -39,3 +39,11 @@ async def test_volcano_gpushare_and_mig_pods_bind_with_nothing_beyond_the_ideal_
     assert summary["costPerHour"]["bought"] <= summary["idealCostPerHour"]
     assert summary["gpusLowerBound"] == {"a100": 2, "l4": 3, "t4": 2}
     assert not summary["beyondNeed"] and summary["triggersLeft"] == 0
+    # Their NodeClaims never turn Ready in Karpenter (nvidia.com/gpu never registers);
+    # the statuses say what the node offers instead.
+    for resource in (
+        "volcano.sh/vgpu-number=",
+        "aliyun.com/gpu-mem=60",
+        "nvidia.com/mig-1g.5gb=56",
+    ):
+        assert f"{resource}" in err.getvalue() and "its node advertises" in err.getvalue()

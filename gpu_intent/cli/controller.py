@@ -5,8 +5,10 @@
 `gpu_intent.cli.planning`), `controller.reconciler.ControllerConfig`,
 `controller.leader.LeaderElectionConfig` and `controller.shutdown.run_until_stopped`,
 imported only when the subcommand is used (they load the Kubernetes client), except
-`TRIGGER_CREATES_PER_SECOND` and `METRICS_ADDRESS`, which are the command's own. `run`
-connects, serves the metrics and runs the controller until SIGTERM or SIGINT.
+`TRIGGER_CREATES_PER_SECOND` and `METRICS_ADDRESS`, which are the command's own.
+``--catalog`` is the webhook's (`gpu_intent.cli.common.add_catalog_flag`): the GPU
+catalog the controller infers DRA pods' intents with. `run` loads it, connects, serves
+the metrics and runs the controller until SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from gpu_intent.cli.common import (
     Subcommands,
     UsageError,
+    add_catalog_flag,
     address,
     connect,
     field_default,
@@ -32,6 +35,7 @@ from gpu_intent.cli.common import (
     parameter_default,
     positive,
     positive_int,
+    read_catalog,
     show_address,
 )
 from gpu_intent.cli.planning import add_planning_flags, plan_config
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
     from controller.leader import LeaderElectionConfig
     from controller.plan import PlanConfig
     from controller.reconciler import ControllerConfig
+    from intent.catalog import Catalog
 
 #: ``--metrics-address``'s default (host, port).
 METRICS_ADDRESS = ("0.0.0.0", 8080)
@@ -65,7 +70,7 @@ def add_parser(commands: Subcommands) -> argparse.ArgumentParser:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The controller's options, in the order ``--help`` shows them: the cluster, the
     planning flags, the metrics address, failures and caps (their own group), the pass
-    timing, the shutdown and leader election."""
+    timing, the shutdown, leader election and ``--catalog``."""
     from controller.reconciler import ControllerConfig
     from controller.triggers import TriggerSettings
 
@@ -88,6 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_failure_flags(parser, config)
     _add_pass_flags(parser, config)
     _add_leader_flags(parser)
+    add_catalog_flag(parser)
 
 
 def _add_failure_flags(parser: argparse.ArgumentParser, config: ControllerConfig) -> None:
@@ -279,8 +285,9 @@ def _failure_settings(args: argparse.Namespace, plan: PlanConfig) -> dict[str, A
     }
 
 
-def controller_config(args: argparse.Namespace) -> ControllerConfig:
-    """The ``ControllerConfig`` for the parsed ``controller`` options (``args``); raises
+def controller_config(args: argparse.Namespace, catalog: Catalog | None = None) -> ControllerConfig:
+    """The ``ControllerConfig`` for the parsed ``controller`` options (``args``) and the
+    catalog ``--catalog`` loaded (`read_catalog`; None: the built-in one); raises
     ValueError if the settings do not hold together."""
     from controller.reconciler import ControllerConfig
 
@@ -290,6 +297,7 @@ def controller_config(args: argparse.Namespace) -> ControllerConfig:
         max_delay_seconds=args.pass_max_delay_seconds,
         resync_seconds=args.resync_seconds,
         report_writes_per_second=args.report_writes_per_second,
+        catalog=catalog,
     )
 
 
@@ -315,20 +323,22 @@ def leader_election_config(
 
 def run(args: argparse.Namespace) -> int:
     """Run ``gpu-intent controller``; returns the exit code: 0 stopped by a signal, 1 an
-    API error, a lost Lease or bad settings. Raises `UsageError` when no cluster
-    configuration loads or the metrics address cannot be served on."""
+    API error, a lost Lease or bad settings. Raises `UsageError` (exit code 2) for a
+    ``--catalog`` that does not load, when no cluster configuration loads or the metrics
+    address cannot be served on."""
     from controller.leader import LeadershipLost
     from intent.kube import KubeError
 
+    catalog = read_catalog(args)
     try:
-        asyncio.run(_run(args))
+        asyncio.run(_run(args, catalog))
     except (KubeError, OSError, LeadershipLost, ValueError) as e:
         log.error("controller: %s", e)
         return 1
     return 0
 
 
-async def _run(args: argparse.Namespace) -> None:
+async def _run(args: argparse.Namespace, catalog: Catalog | None = None) -> None:
     from prometheus_client import CollectorRegistry
 
     from controller.leader import LeaderElector
@@ -338,7 +348,7 @@ async def _run(args: argparse.Namespace) -> None:
     from controller.shutdown import run_until_stopped
     from intent.kube import Kube
 
-    config = controller_config(args)
+    config = controller_config(args, catalog)
     elector_config = leader_election_config(args, config)
     # One registry per controller: the API adapter, the elector and the controller
     # (its informers, its status writer) count on it, and /metrics serves it.
