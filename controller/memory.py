@@ -64,6 +64,8 @@ class Memory:
         #: GPUs (`controller.packing.gpu_use`) of the pods we were scaling up for, by the node
         #: they were found bound to: what of a new node's GPUs they took.
         self._used: dict[str, Decimal] = {}
+        #: `left` pods that were told ``Native`` (`_note_left`).
+        self._native: set[Key] = set()
         #: The latest ``PodScheduled=True`` time of such a pod (`last_bind`).
         self._last_bind: datetime | None = None
         #: Moves whenever covers, held retries or cooldowns change (`version`).
@@ -124,7 +126,11 @@ class Memory:
         bound or deleted is learned by reading it (`left`, `resolve_left`). Only pods we
         were scaling up for are remembered, at most `MAX_SCHEDULED`: those told a tracked
         phase, and Unschedulable GPU pods not told anything yet (their status may still
-        be on its way; where they went counts in `Memory.used`)."""
+        be on its way; where they went counts in `Memory.used`). Pods told ``Native``
+        too: kube-scheduler binds a native GPU pod on whichever node has free
+        ``nvidia.com/gpu`` first, often the new node of a non-binding trigger (seen on
+        the real kube-scheduler and Karpenter, `../shared/realk8s`), and the GPUs it
+        takes there are no longer room for the pods told ``NodeReady`` on it."""
         if len(self._left) + len(self._bound) >= MAX_SCHEDULED:
             return
         annotations = (obj.get("metadata") or {}).get("annotations") or {}
@@ -134,6 +140,9 @@ class Memory:
                 self._left[key] = obj
         elif status.phase in TRACKED_PHASES:
             self._left[key] = obj
+        elif status.phase is Phase.NATIVE:
+            self._left[key] = obj
+            self._native.add(key)
 
     def _note_lost(self, obj: Obj) -> None:
         """A NodeClaim is gone (its DELETED event, or missing from a relist; ``obj`` is
@@ -164,17 +173,25 @@ class Memory:
         now = self._monotonic()
         return {t: c for t, (c, seen) in self._lost.items() if now - seen <= LOST_CLAIM_SECONDS}
 
+    def scaled_up_for(self, key: Key) -> bool:
+        """Whether `left` pod ``key`` was one we were scaling up for (not a ``Native``
+        pod, remembered only for the GPUs it takes, `_note_left`)."""
+        return key not in self._native
+
     def left(self) -> list[Key]:
         """Pods we were scaling up for that left the pending set, not yet read back."""
         return sorted(self._left)
 
     def resolve_left(self, key: Key, current: Obj | None) -> None:
         """What reading a `left` pod returned: the pod as it is now, or None when it is
-        gone. A bound pod's GPUs count as used on its node, and one told a tracked phase
+        gone. A bound pod's GPUs count as used on its node (a ``Native`` pod's only
+        that: its binding is not our schedulers' progress), and one told a tracked phase
         is owed a final status, as is one not told anything yet (`_note_left` kept it
         because it was Unschedulable: a status decided for it may have been dropped
         when it bound first, `controller.reports`); any other is forgotten."""
         self._left.pop(key, None)
+        native = key in self._native
+        self._native.discard(key)
         node = (current or {}).get("spec", {}).get("nodeName")
         if current is None or not node:
             return
@@ -184,7 +201,7 @@ class Memory:
             status is not None and status.phase in TRACKED_PHASES
         ):
             self._bound[key] = current
-        bound_at = ScheduledPod.parse(current).bound_at
+        bound_at = None if native else ScheduledPod.parse(current).bound_at
         if bound_at is not None and (self._last_bind is None or bound_at > self._last_bind):
             self._last_bind = bound_at
         try:

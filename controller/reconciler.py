@@ -197,6 +197,8 @@ class Controller:
         )
         #: The background read-back of pods that left the pending set (`_read_left`).
         self._reader: asyncio.Task[None] | None = None
+        #: Inside `_lead`: this replica plans and writes.
+        self._leading = False
         #: The do-not-disrupt writes of the last pass that had any (`_protect`).
         self._protector: asyncio.Task[None] | None = None
         #: When the last pass started (monotonic seconds), and what it saw of the inputs
@@ -232,7 +234,7 @@ class Controller:
             self.kube,
             spec,
             self.cache,
-            self._poke,
+            self._changed,
             watch_seconds=self.config.watch_seconds,
             metrics=self.metrics,
         )
@@ -292,6 +294,7 @@ class Controller:
         """Plan and apply until cancelled; on the way out, stop the status writer and
         the read-back at once (a replica that lost the Lease writes nothing more)."""
         try:
+            self._leading = True
             if self.elector is not None:
                 await self._adopt_triggers()
             await self._find_bound()
@@ -307,6 +310,7 @@ class Controller:
                     except Exception:  # a bug in one pass must not end the controller
                         log.exception("reconcile pass failed; retrying after the next change")
         finally:
+            self._leading = False
             await self._stop_writers()
 
     def _money_inputs(self) -> tuple[int, ...]:
@@ -398,6 +402,19 @@ class Controller:
                 adopted += 1
         log.info("leading: %d triggers live, %d not yet in the cache", len(items), adopted)
 
+    def _changed(self) -> None:
+        """An informer saw a change: plan again (`_poke`), and while leading start
+        reading back the pods that just left the pending set (`read_left`) at once
+        instead of after the next pass: their final ``Scheduled`` status waits on that
+        read, then on the pass after it."""
+        self._poke()
+        if (
+            self._leading
+            and self.memory.left()
+            and (self._reader is None or self._reader.done())
+        ):
+            self._reader = asyncio.create_task(self.read_left(), name="read-left")
+
     def _poke(self) -> None:
         """Something changed: plan again (after `_settle`)."""
         if self._waiting_since is None:
@@ -443,7 +460,7 @@ class Controller:
             except KubeError as e:
                 log.warning("reading pod %s/%s after it left the pending set: %s", *key, e)
                 return  # stays in state.left(): read again next pass
-            if current is None:
+            if current is None and self.memory.scaled_up_for(key):
                 self.metrics.record_scale_up(None)  # deleted before it got a node: cancelled
             self.memory.resolve_left(key, current)
 

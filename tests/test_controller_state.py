@@ -283,22 +283,25 @@ def test_a_pod_bound_while_being_scaled_up_for_is_remembered_until_told() -> Non
             PENDING_PODS, "DELETED", gpu_pod(name, "1", model="l4", status_annotation=status)
         )
         current[("ml", name)] = pod if node else None  # what a read returns: bound, or gone
-    # Only pods we were scaling up for are read back (b was Native).
-    assert memory.left() == [("ml", "a"), ("ml", "c")]
+    # Pods we were scaling up for are read back, and Native ones for the GPUs they take.
+    assert memory.left() == [("ml", "a"), ("ml", "b"), ("ml", "c")]
+    assert not memory.scaled_up_for(("ml", "b")) and memory.scaled_up_for(("ml", "c"))
     assert snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC)).scheduled == []
     assert memory.last_bind() is None
     for key in memory.left():
         memory.resolve_left(key, current[key])
     assert memory.left() == []
     snap = snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC))
+    # Only a is owed Scheduled; b (Native) is told nothing more.
     assert [(p.ref.name, p.node) for p in snap.scheduled] == [("a", "n1")]
     # The schedulers' progress, which keeps NodeReady covers while a burst binds.
     assert snap.last_bind == memory.last_bind() == datetime(2026, 11, 21, 0, 0, 7, tzinfo=UTC)
-    # What it took of its node counts against the covers of that node's NodeClaim.
-    assert snap.used == {"n1": Decimal(1)}
+    # What they took of their node counts against the covers of that node's NodeClaim:
+    # a's GPU and the native b's, which kube-scheduler put on the same new node.
+    assert snap.used == {"n1": Decimal(2)}
     memory.forget_scheduled(("ml", "a"))
     after = snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC))
-    assert after.scheduled == [] and after.used == {"n1": Decimal(1)}
+    assert after.scheduled == [] and after.used == {"n1": Decimal(2)}
 
 
 def test_the_cache_keeps_slim_pods_that_parse_as_the_full_ones() -> None:
@@ -427,3 +430,25 @@ def test_nodes_are_cached_slim_and_parsed_with_their_pool_readiness_and_label() 
         True,
         "ip-10-1-2-3.ec2.internal",
     )
+
+
+def test_a_native_pod_bound_on_a_new_node_takes_its_gpus_but_moves_no_cover() -> None:
+    """On the real kube-scheduler, native GPU pods took the GPUs of nodes bought for
+    non-binding triggers as soon as they were Ready, while sharing-layer pods were told
+    NodeReady there. Their GPUs count against that node's room; their binding is not
+    the sharing schedulers' progress, so it extends no cover."""
+    state, memory = caches(Clock())
+    state.replace(PENDING_PODS, [])
+    native = '{"phase":"Native"}'
+    pod = gpu_pod("n", "2", model="l4", status_annotation=native)
+    state.apply(PENDING_PODS, "ADDED", pod)
+    state.apply(PENDING_PODS, "DELETED", pod)
+    bound = gpu_pod("n", "2", model="l4", status_annotation=native)
+    bound["spec"]["nodeName"] = "ip-1"
+    bound["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": BOUND_AT}
+    ]
+    memory.resolve_left(("ml", "n"), bound)
+    snap = snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC))
+    assert snap.used == {"ip-1": Decimal(2)} and snap.scheduled == []
+    assert memory.last_bind() is None
