@@ -13,7 +13,10 @@ be written seconds later (the rate limit, a slow API server). Before the write, 
 that only holds for a pod without a node (`controller.memory.TRACKED_PHASES`) is
 dropped when the pod has left the pending set since (bound or deleted: the planner
 decides its final status from the read-back, `controller.memory.Memory.resolve_left`),
-or when the pod's annotation already shows a status decided on a newer version of it.
+or when the pod's annotation already shows a status decided on a newer version of it,
+or (``Triggered``, ``Provisioning``) when the trigger it names was deleted since (the
+cache's view, our own deletes included: a real API server showed a ``Provisioning``
+written 0.7 s after its trigger was deleted).
 After the write, the API server's answer is the pod as it is now: if it shows a node,
 the status just written raced the binding; its Event is not recorded and the pod is
 owed its final status again (`controller.memory.Memory.owe_final`), which the next pass
@@ -50,6 +53,10 @@ from controller.model import ANNOTATION_RETRY, PodRef, ScaleUpStatus, object_met
 from intent.contract import ANNOTATION_SCALE_UP, Phase
 from intent.kube import Kube, KubeError
 from intent.logs import about
+
+#: Open phases whose status names a live trigger: once the trigger is deleted (its
+#: NodeClaim Ready, or its pods regrouped), such a status queued before is stale.
+_NAMING_A_TRIGGER = frozenset({Phase.TRIGGERED, Phase.PROVISIONING})
 
 log = logging.getLogger(__name__)
 
@@ -254,6 +261,11 @@ class StatusWriter:
         shown = ScaleUpStatus.from_annotation(annotations.get(ANNOTATION_SCALE_UP))
         if shown is not None and newer(shown.observed, change.ref.version):
             return f"its status {shown.phase} was decided on a newer version of it"
+        trigger = change.status.trigger
+        if change.status.phase in _NAMING_A_TRIGGER and trigger:
+            namespace, _, name = trigger.partition("/")
+            if name and self._cache.current(Kind.TRIGGERS, (namespace, name)) is None:
+                return f"its trigger {trigger} was deleted since"
         return None
 
     async def _set_status(self, change: SetStatus, *, closing: bool = False) -> bool:

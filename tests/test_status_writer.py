@@ -129,6 +129,31 @@ async def test_an_open_status_older_than_the_one_shown_is_dropped() -> None:
     assert [c[0] for c in kube.calls] == ["annotate"]
 
 
+async def test_an_open_status_naming_a_trigger_deleted_since_is_dropped() -> None:
+    """On a real API server a ``Provisioning`` was written 0.7 s after its trigger was
+    deleted (its NodeClaim Ready), then nothing corrected it until the next decision."""
+    kube = FakeKube()
+    status_writer, cache, _ = writer(kube)
+    trigger = {
+        "metadata": {"namespace": "gpu-intent-system", "name": "gi-x", "resourceVersion": "5"}
+    }
+    cache.apply(Kind.TRIGGERS, "ADDED", trigger)
+    status = ScaleUpStatus(Phase.PROVISIONING, "claim c1", "gpu-intent-system/gi-x", "c1")
+    ref = pending(cache, "a", "17")
+    status_writer.queue([SetStatus(ref, status, told(status, "Provisioning"))])
+    await status_writer.flush()
+    assert [c[0] for c in kube.calls] == ["annotate", "event"]  # the trigger stands: told
+    cache.apply(
+        Kind.TRIGGERS,
+        "DELETED",
+        {**trigger, "metadata": {**trigger["metadata"], "resourceVersion": "6"}},
+    )
+    other = pending(cache, "b", "18")
+    status_writer.queue([SetStatus(other, status, told(status, "Provisioning"))])
+    await status_writer.flush()
+    assert [c[1] for c in kube.calls] == ["a", "a"] and status_writer.dropped == 1
+
+
 async def test_an_open_status_that_landed_after_the_binding_leaves_the_pod_owed_its_final_one() -> (
     None
 ):
