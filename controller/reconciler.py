@@ -408,11 +408,13 @@ class Controller:
         instead of after the next pass: their final ``Scheduled`` status waits on that
         read, then on the pass after it."""
         self._poke()
-        if (
-            self._leading
-            and self.memory.left()
-            and (self._reader is None or self._reader.done())
-        ):
+        if self._leading:
+            self._start_reading()
+
+    def _start_reading(self) -> None:
+        """Start the background read-back (`read_left`) if pods left the pending set and
+        no read-back runs."""
+        if self.memory.left() and (self._reader is None or self._reader.done()):
             self._reader = asyncio.create_task(self.read_left(), name="read-left")
 
     def _poke(self) -> None:
@@ -504,8 +506,7 @@ class Controller:
             # hold the next pass's deletes and marks (consolidation is seconds away at
             # the earliest: consolidateAfter plus Karpenter's 15 s re-validation).
             self._protector = asyncio.create_task(self._protect(), name="protect")
-        if self.memory.left() and (self._reader is None or self._reader.done()):
-            self._reader = asyncio.create_task(self.read_left(), name="read-left")
+        self._start_reading()
         self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
         self._observe(done.phases, decided)
         self.metrics.set_unplaceable(done.unplaceable)

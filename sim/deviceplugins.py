@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from intent.quantity import parse_quantity
+from intent.sharing import MIG_PREFIX
 from sim import aliyun, dra, hami, volcano
 from sim.catalog import InstanceType
 from sim.providers import ALL_INSTANCE_TYPES
@@ -63,8 +64,6 @@ Plugin = Literal["dra", "mig", "gpushare", "volcano", "hami", "nvidia"]
 
 #: mig-parted's config that leaves MIG off (gpu-operator ``migConfigDisabledValue``).
 MIG_DISABLED: Final = "all-disabled"
-#: Resource-name prefix of MIG devices under the mixed strategy.
-MIG_PREFIX: Final = "nvidia.com/mig-"
 MIG_STRATEGY_LABEL: Final = "nvidia.com/mig.strategy"
 MIG_STATE_LABEL: Final = "nvidia.com/mig.config.state"
 _INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
