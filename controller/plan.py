@@ -63,6 +63,7 @@ from controller.decisions import (
     CreateTrigger,
     DeleteNodeClaim,
     DeleteTrigger,
+    Event,
     LabelNode,
     LinkTrigger,
     MarkTrigger,
@@ -79,6 +80,7 @@ from controller.model import (
     PendingPod,
     PodRef,
     RetryState,
+    ScaleUpStatus,
     ScheduledPod,
     TriggerInfo,
 )
@@ -135,6 +137,10 @@ class _Pass:
     #: The live triggers (those not being deleted), in the snapshot's order.
     live: list[TriggerInfo]
     statuses: list[SetStatus] = field(default_factory=list)
+    #: What `tell` rendered this pass, by reason: (the reason, its status, its Event).
+    told: dict[StatusReason, tuple[StatusReason, ScaleUpStatus, Event]] = field(
+        default_factory=dict
+    )
     links: tuple[LinkTrigger, ...] = ()
     marks: tuple[MarkTrigger, ...] = ()
     deletes: list[DeleteTrigger] = field(default_factory=list)
@@ -157,9 +163,14 @@ class _Pass:
 
     def tell(self, pod: PendingPod | InvalidPod, why: StatusReason) -> None:
         """Tell ``pod`` the status ``why`` makes (`controller.statuses.told`, and record
-        its Event), unless it knows already (`controller.statuses.knows`)."""
+        its Event), unless it knows already (`controller.statuses.knows`). Pods told an
+        equal reason share one reason, status and Event (frozen values): thousands of
+        pods held back by one cap cost one message, not one each."""
         if not statuses.knows(pod.status, why):
-            status, event = statuses.told(why, self.stamp)
+            shared = self.told.get(why)
+            if shared is None:
+                shared = self.told[why] = (why, *statuses.told(why, self.stamp))
+            why, status, event = shared
             self.statuses.append(SetStatus(pod.ref, status, event, why=why))
 
     def to_plan(self, labels: tuple[LabelNode, ...]) -> Plan:
