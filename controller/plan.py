@@ -388,7 +388,7 @@ def _fill(
     work.demand[key] = sum((gpu_need(p.intent) for p in pods), Decimal(0))
     capacity = TriggerCapacity(supply)
     served: dict[PodRef, list[Bin]] = defaultdict(list)
-    pods = _stay_linked(work, supply, pods, capacity, served)
+    pods = _stay(work, supply, pods, capacity, served)
     for bin_ in sorted(pack(pods), key=lambda b: (-b.size, b.pods[0].ref)):
         holder = capacity.take(bin_.size)
         if holder is not None:
@@ -403,26 +403,30 @@ def _fill(
     return served
 
 
-def _stay_linked(
+def _stay(
     work: _Pass,
     supply: Sequence[TriggerInfo],
     pods: Sequence[PendingPod],
     capacity: TriggerCapacity,
     served: dict[PodRef, list[Bin]],
 ) -> list[PendingPod]:
-    """Pods stay with the trigger they were told of once Karpenter made a NodeClaim for
-    it (their status names it and it is linked): their bins take that trigger's GPUs
-    first, as far as it has room, so a pod is not moved from trigger to trigger (and its
-    story from NodeClaim to NodeClaim) as the group's packing changes. Returns the pods
-    left to pack."""
-    linked = {str(t.ref): i for i, t in enumerate(supply) if work.claim_of[t.ref] is not None}
-    if not linked:
+    """Pods stay with the live trigger they were told of (their status names it), linked
+    or not: their bins take that trigger's GPUs first, as far as it has room, the most
+    progressed trigger's pods first (``supply``'s order). So a pod is not moved from
+    trigger to trigger, and its story (``Triggered`` Events naming one trigger after
+    another, then one NodeClaim after another) does not churn as new pods join the
+    group and its packing changes; the triggers' sizes are fixed either way, so only
+    who is told which trigger would move. On the real Karpenter, before this held for
+    unlinked triggers too, one pod was named in 8 triggers within 12 s. Returns the
+    pods left to pack."""
+    told_of = {str(t.ref): i for i, t in enumerate(supply)}
+    if not told_of:
         return list(pods)
     stay: dict[int, list[PendingPod]] = defaultdict(list)
     rest: list[PendingPod] = []
     for pod in pods:
         told = pod.status.trigger if pod.status is not None else None
-        index = linked.get(told) if told else None
+        index = told_of.get(told) if told else None
         if index is None:
             rest.append(pod)
         else:

@@ -1056,3 +1056,25 @@ def test_a_pod_stays_with_the_linked_trigger_it_was_told_of() -> None:
     assert [sorted(r.name for r in c.serves) for c in result.creates] == [["0"]]
     moved = [s for s in result.statuses if s.ref.name in ("a", "b")]
     assert all(s.status.trigger == "gpu-intent-system/gi-t1" for s in moved), moved
+
+
+def test_a_pod_stays_with_the_unlinked_trigger_it_was_told_of() -> None:
+    """As above before Karpenter made any NodeClaim: two halves told Triggered on gi-t1
+    (1 GPU, not linked) and a whole-GPU pod arrives. Packed afresh, the whole pod would
+    take gi-t1 and the halves a new trigger, each half told a second trigger (another
+    Triggered Event); they are not told anything new, and the whole pod gets the new
+    trigger. A trigger cannot be over-filled by staying: a third half told of gi-t1
+    finds it full and is packed with the rest."""
+    first = plan(
+        snapshot([gpu_pod("a", "0.5", model="l4"), gpu_pod("b", "0.5", model="l4")]), CONFIG
+    )
+    t1 = live_trigger(first, name="gi-t1")
+    told = ScaleUpStatus(TRIGGERED, "m", "gpu-intent-system/gi-t1").to_annotation()
+    halves = [gpu_pod(n, "0.5", model="l4", status_annotation=told) for n in ("a", "b")]
+    whole = gpu_pod("0", "1", model="l4")  # its bin sorts first: it would take gi-t1
+    result = plan(snapshot([*halves, whole], triggers=[t1]), CONFIG)
+    assert [sorted(r.name for r in c.serves) for c in result.creates] == [["0"]]
+    assert not [s for s in result.statuses if s.ref.name in ("a", "b")]
+    third = gpu_pod("c", "0.5", model="l4", status_annotation=told)
+    crowded = plan(snapshot([*halves, third], triggers=[t1]), CONFIG)
+    assert [sorted(r.name for r in c.serves) for c in crowded.creates] == [["c"]]
