@@ -166,9 +166,11 @@ class Bin:
         return sum(p.memory_bytes for p in self.pods)
 
 
-def pack(pods: Iterable[PendingPod]) -> list[Bin]:
+def pack(pods: Iterable[PendingPod], into: Iterable[Bin] = ()) -> list[Bin]:
     """Best-fit-decreasing of pods' GPU needs (`gpu_need`) into whole-GPU bins (see
-    `controller.plan`).
+    `controller.plan`). ``into``: bins already open (the pods staying with a trigger,
+    `controller.plan`): their spare share takes pods as a new bin's would, the pods
+    are appended to them in place, and they are not returned.
 
     Pods are taken largest need first; a fractional pod goes to the open bin whose
     spare share fits it most tightly, else opens a 1-GPU bin. A pod that states GPU
@@ -179,8 +181,11 @@ def pack(pods: Iterable[PendingPod]) -> list[Bin]:
     and first fit decreasing share the 11/9 OPT + 6/9 bound (Dosa 2007); a sorted index of spare
     shares makes this O(n log n) instead of first fit's O(n x bins).
     """
-    bins: list[Bin] = []
-    spare: list[tuple[Decimal, int]] = []  # (spare share, bin index), sorted
+    bins: list[Bin] = list(into)
+    opened = len(bins)
+    spare: list[tuple[Decimal, int]] = sorted(  # (spare share, bin index)
+        (b.size - b.used, i) for i, b in enumerate(bins) if b.size > b.used
+    )
     for pod, need in largest_need_first(pods):
         if need >= 1:
             size = math.ceil(need)
@@ -199,7 +204,7 @@ def pack(pods: Iterable[PendingPod]) -> list[Bin]:
         else:
             bins.append(Bin(1, need, [pod]))
             bisect.insort(spare, (1 - need, len(bins) - 1))
-    return bins
+    return bins[opened:]
 
 
 class TriggerCapacity:

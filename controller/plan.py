@@ -388,8 +388,8 @@ def _fill(
     work.demand[key] = sum((gpu_need(p.intent) for p in pods), Decimal(0))
     capacity = TriggerCapacity(supply)
     served: dict[PodRef, list[Bin]] = defaultdict(list)
-    pods = _stay(work, supply, pods, capacity, served)
-    for bin_ in sorted(pack(pods), key=lambda b: (-b.size, b.pods[0].ref)):
+    pods, stayed = _stay(work, supply, pods, capacity, served)
+    for bin_ in sorted(pack(pods, into=stayed), key=lambda b: (-b.size, b.pods[0].ref)):
         holder = capacity.take(bin_.size)
         if holder is not None:
             served[holder.ref].append(bin_)
@@ -409,7 +409,7 @@ def _stay(
     pods: Sequence[PendingPod],
     capacity: TriggerCapacity,
     served: dict[PodRef, list[Bin]],
-) -> list[PendingPod]:
+) -> tuple[list[PendingPod], list[Bin]]:
     """Pods stay with the live trigger they were told of (their status names it), linked
     or not: their bins take that trigger's GPUs first, as far as it has room, the most
     progressed trigger's pods first (``supply``'s order). So a pod is not moved from
@@ -418,10 +418,12 @@ def _stay(
     group and its packing changes; the triggers' sizes are fixed either way, so only
     who is told which trigger would move. On the real Karpenter, before this held for
     unlinked triggers too, one pod was named in 8 triggers within 12 s. Returns the
-    pods left to pack."""
+    pods left to pack, and the staying pods' bins: the share they leave of their GPUs
+    is packed with those pods first (`controller.packing.pack` ``into``), so staying
+    costs no GPU that packing everything afresh would have saved."""
     told_of = {str(t.ref): i for i, t in enumerate(supply)}
     if not told_of:
-        return list(pods)
+        return list(pods), []
     stay: dict[int, list[PendingPod]] = defaultdict(list)
     rest: list[PendingPod] = []
     for pod in pods:
@@ -431,13 +433,15 @@ def _stay(
             rest.append(pod)
         else:
             stay[index].append(pod)
+    stayed: list[Bin] = []
     for index, members in sorted(stay.items()):
         for bin_ in pack(members):
             if capacity.take_from(index, bin_.size):
                 served[supply[index].ref].append(bin_)
+                stayed.append(bin_)
             else:
                 rest.extend(bin_.pods)
-    return rest
+    return rest, stayed
 
 
 def _held_back(

@@ -1078,3 +1078,20 @@ def test_a_pod_stays_with_the_unlinked_trigger_it_was_told_of() -> None:
     third = gpu_pod("c", "0.5", model="l4", status_annotation=told)
     crowded = plan(snapshot([*halves, third], triggers=[t1]), CONFIG)
     assert [sorted(r.name for r in c.serves) for c in crowded.creates] == [["c"]]
+
+
+def test_a_new_pod_fills_the_share_staying_pods_leave_of_their_trigger() -> None:
+    """A quarter was told Triggered on gi-t1 (1 GPU); two more quarters and a half
+    arrive. Staying must cost no GPU: the newcomers fill gi-t1's spare 0.75 (the
+    half and one quarter, best fit) and only the last quarter needs a new trigger,
+    as packing all four afresh would have bought 2 GPUs too."""
+    first = plan(snapshot([gpu_pod("a", "0.25", model="l4")]), CONFIG)
+    t1 = live_trigger(first, name="gi-t1")
+    told = ScaleUpStatus(TRIGGERED, "m", "gpu-intent-system/gi-t1").to_annotation()
+    staying = gpu_pod("a", "0.25", model="l4", status_annotation=told)
+    new = [gpu_pod("h", "0.5", model="l4"), gpu_pod("q1", "0.25", model="l4")]
+    new.append(gpu_pod("q2", "0.25", model="l4"))
+    result = plan(snapshot([staying, *new], triggers=[t1]), CONFIG)
+    assert [c.gpus for c in result.creates] == [1]
+    on_t1 = {s.ref.name for s in result.statuses if s.status.trigger == "gpu-intent-system/gi-t1"}
+    assert "h" in on_t1 and len(on_t1 & {"q1", "q2"}) == 1, result.statuses
