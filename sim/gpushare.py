@@ -3,7 +3,7 @@
 A purely computational module with no side effects. Each GPU device has a capacity of
 1.0 *share*; a pod asks for some number of distinct devices and a share on each. The
 sim's scheduler calls `demand` for the pod, `node_devices` and `usage` for a node, then
-`place` to pick devices by first fit, and records the result on the pod as the annotation
+`place` to pick devices in its layer's order, and records the result on the pod as the annotation
 `DEVICES_ANNOTATION` (``"0:0.5,1:0.5"``: device index, colon, share), which later calls to
 `usage` read back.
 
@@ -17,7 +17,9 @@ Where the demand rules come from:
   ``nvidia.com/gpumem-percentage``, else the whole device's memory (HAMi's default of
   100 %), and ``nvidia.com/gpucores`` percent; pod annotations ``nvidia.com/use-gputype``
   / ``nvidia.com/nouse-gputype`` are comma lists matched case-insensitively as
-  substrings of the device type;
+  substrings of the device type; devices tried least used first (HAMi's default GPU
+  policy ``spread``), or most used first for a pod annotated
+  ``hami.io/gpu-scheduler-policy: binpack``;
 - KAI-Scheduler (kai-scheduler/KAI-Scheduler): annotations ``gpu-fraction`` on
   ``gpu-fraction-num-devices`` devices (default 1), or ``gpu-memory`` MiB per device;
 - tensor-fusion (NexusGPU/tensor-fusion): annotations ``tensor-fusion.ai/gpu-count``
@@ -112,8 +114,14 @@ SHARING_RESOURCES = frozenset(
 )
 
 Layer = Literal["whole", "hami", "kai", "tensor-fusion", "volcano", "aliyun"]
-#: Device order `place` tries: by index, or the most used first (ties by index).
-Policy = Literal["first-fit", "binpack"]
+#: Device order `place` tries: by index, the most used first, or the least used first
+#: (ties by index).
+Policy = Literal["first-fit", "binpack", "spread"]
+#: HAMi's per-pod override of its GPU policy (``binpack`` or ``spread``), and the default
+#: when a pod names none: ``GPUSchedulerPolicy = spread`` (Project-HAMi/HAMi
+#: ``pkg/scheduler/config/config.go``; its scheduler's ``gpuSchedulerPolicy`` setting).
+HAMI_GPU_POLICY_ANNOTATION: Final = "hami.io/gpu-scheduler-policy"
+HAMI_DEFAULT_GPU_POLICY: Final[Policy] = "spread"
 #: ``((device index, share), ...)``; an index may repeat (two containers on one device).
 Assignment = tuple[tuple[int, float], ...]
 
@@ -267,11 +275,14 @@ def _hami(pod: Mapping[str, Any]) -> GpuDemand | None:
     if not requests:
         return None
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    asked = annotations.get(HAMI_GPU_POLICY_ANNOTATION)
+    policy: Policy = asked if asked in ("binpack", "spread") else HAMI_DEFAULT_GPU_POLICY
     return GpuDemand(
         "hami",
         tuple(requests),
         _types(annotations.get(HAMI_USE_GPUTYPE)),
         _types(annotations.get(HAMI_NOUSE_GPUTYPE)),
+        policy=policy,
     )
 
 
@@ -523,8 +534,10 @@ def place(
 ) -> Assignment | NoFit:
     """For each request in order, the first devices the type filters accept whose free
     share (1.0 - ``used``) covers the request's share, distinct within a request, trying
-    devices by index (``first-fit``) or, with ``binpack``, the most used first (ties by
-    index; Volcano's ``sortedDeviceIndicesByPolicy``, gpushare's ``allocateGPUID``).
+    devices by index (``first-fit``), with ``binpack`` the most used first (Volcano's
+    ``sortedDeviceIndicesByPolicy``, gpushare's ``allocateGPUID``), with ``spread`` the
+    least used first (HAMi's default: ``DeviceUsageList`` sorted by usage score,
+    ``pkg/scheduler/policy/gpu_policy.go``), ties by index.
     Returns the assignment, or `NoFit` with HAMi's reason (Volcano's and gpushare's own
     for their layers, `no_devices_reason`)."""
     free = [1.0 - (used[d.index] if d.index < len(used) else 0.0) for d in devices]
@@ -535,6 +548,8 @@ def place(
         slots: Sequence[int] = range(len(devices))
         if wanted.policy == "binpack":
             slots = sorted(slots, key=lambda slot: (free[slot], slot))
+        elif wanted.policy == "spread":
+            slots = sorted(slots, key=lambda slot: (-free[slot], slot))
         picked: list[tuple[int, float]] = []
         reasons: dict[str, int] = {}
         for slot in slots:

@@ -394,3 +394,38 @@ def test_hami_matches_gpu_types_as_substrings_and_tensor_fusion_its_model_exactl
     a100_80gb = gpushare.Device(0, 81920, "NVIDIA-A100-SXM4-80GB")
     tf_a100 = gpushare.GpuDemand("tensor-fusion", tf_demand.requests, ("a100",), exact_model=True)
     assert tf_a100.accepts(a100_80gb) and not tf_demand.accepts(a100_80gb)
+
+
+def test_hami_spreads_over_cards_by_default_and_binpacks_when_the_pod_asks() -> None:
+    """HAMi's scheduler tries a node's cards least used first (its default GPU policy
+    ``spread``, HAMi ``pkg/scheduler/config/config.go``); a pod annotated
+    ``hami.io/gpu-scheduler-policy: binpack`` goes to the most used card that fits. So
+    four 8000 MiB pods on a 4 x A10G node take a card each, and a 20000 MiB pod then
+    fits none, though the node has 2.6 cards of memory left."""
+    devices = [gpushare.Device(i, 23028, "NVIDIA-A10G") for i in range(4)]
+
+    def pod(mib: int, policy: str | None = None) -> dict[str, Any]:
+        annotations = {gpushare.HAMI_GPU_POLICY_ANNOTATION: policy} if policy else {}
+        resources = {"limits": {"nvidia.com/gpu": "1", gpushare.HAMI_GPUMEM: str(mib)}}
+        return {
+            "metadata": {"name": "p", "annotations": annotations},
+            "spec": {"schedulerName": "hami-scheduler", "containers": [{"resources": resources}]},
+        }
+
+    def place(wanted: dict[str, Any], used: list[float]) -> gpushare.Assignment | gpushare.NoFit:
+        demand = gpushare.demand(wanted)
+        assert demand is not None
+        return gpushare.place(demand, devices, used)
+
+    used = [0.0] * 4
+    for _ in range(4):
+        placed = place(pod(8000), used)
+        assert not isinstance(placed, gpushare.NoFit)
+        ((index, share),) = placed
+        used[index] += share
+    assert all(u > 0 for u in used)
+    assert isinstance(place(pod(20000), used), gpushare.NoFit)
+    for policy, card in (("binpack", 0), ("spread", 1)):
+        placed = place(pod(8000, policy), [0.35, 0.0, 0.0, 0.0])
+        assert not isinstance(placed, gpushare.NoFit)
+        assert placed[0][0] == card, policy
