@@ -29,7 +29,7 @@ from sim.karpenter import KarpenterSim
 from sim.kubelet import SimKubelet
 from sim.nodeclaims import KarpenterTimings
 from sim.providers import catalog_for
-from sim.scheduler import CLUSTER_SCHEDULER_NAMES, SimScheduler
+from sim.scheduler import CLUSTER_SCHEDULER_NAMES, REAL_BACKOFF_SECONDS, SimScheduler
 from sim.server import ApiServer
 from sim.store import NAMESPACES, Store
 
@@ -51,6 +51,12 @@ class SimCluster:
             benchmarks of a thousand nodes, where a solve takes seconds.
         scheduler_resync_seconds: how often each scheduler (kube-scheduler, HAMi's, KAI's,
             tensor-fusion's, Volcano's; one task each) retries without a change.
+        scheduler_backoff_seconds: (initial, max) backoff of the pods of the schedulers
+            built on kube-scheduler's queue after a failed attempt
+            (`sim.scheduler.SimScheduler.backoff`); None: kube-scheduler's defaults (1 s,
+            10 s) scaled as ``karpenter``'s batch window is to Karpenter's real 10 s, so
+            fast timings keep the real race between a backing-off native pod and KAI's
+            session.
         bookmark_seconds: how often idle watches get a BOOKMARK (kube-apiserver sends
             them about once a minute).
         provider: the Karpenter provider the cloud is (`sim.providers`: ``aws``,
@@ -66,6 +72,7 @@ class SimCluster:
         karpenter_enabled: bool = True,
         karpenter_solve_in_thread: bool = False,
         scheduler_resync_seconds: float = 0.5,
+        scheduler_backoff_seconds: tuple[float, float] | None = None,
         bookmark_seconds: float = 60.0,
         provider: str = "aws",
     ) -> None:
@@ -84,10 +91,18 @@ class SimCluster:
             bookmark_interval=bookmark_seconds,
             faults=self.faults,
         )
+        timings = karpenter or KarpenterTimings()
+        if scheduler_backoff_seconds is None:
+            scale = timings.batch_max_seconds / KarpenterTimings().batch_max_seconds
+            scheduler_backoff_seconds = (
+                REAL_BACKOFF_SECONDS[0] * scale,
+                REAL_BACKOFF_SECONDS[1] * scale,
+            )
         self.scheduler = SimScheduler(
             self.store,
             scheduler_names=CLUSTER_SCHEDULER_NAMES,
             resync_seconds=scheduler_resync_seconds,
+            backoff_seconds=scheduler_backoff_seconds,
         )
         self.kubelet = SimKubelet(self.store)
         #: NVIDIA's DRA kubelet plugin on DRA nodes (ResourceSlices) and
@@ -98,7 +113,7 @@ class SimCluster:
             KarpenterSim(
                 self.store,
                 catalog=self.catalog,
-                timings=karpenter or KarpenterTimings(),
+                timings=timings,
                 solve_in_thread=karpenter_solve_in_thread,
             )
             if karpenter_enabled

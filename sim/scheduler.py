@@ -131,7 +131,15 @@ from sim.store import (
     rfc3339,
 )
 
-__all__ = ["CLUSTER_SCHEDULER_NAMES", "DEFAULT_SCHEDULER_NAMES", "KAI_ON_HAMI", "SimScheduler"]
+__all__ = [
+    "BACKOFF_SCHEDULERS",
+    "CLUSTER_SCHEDULER_NAMES",
+    "DEFAULT_SCHEDULER_NAMES",
+    "KAI_ON_HAMI",
+    "REAL_BACKOFF_SECONDS",
+    "SimScheduler",
+    "node_order",
+]
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +152,17 @@ DEFAULT_SCHEDULER_NAMES = (
 #: What `sim.cluster.SimCluster` serves: also Volcano's scheduler (`sim.volcano`), which a
 #: bare `SimScheduler` leaves alone as any other unknown name.
 CLUSTER_SCHEDULER_NAMES = (*DEFAULT_SCHEDULER_NAMES, volcano.SCHEDULER_NAME)
+#: The schedulers built on kube-scheduler's scheduling queue, whose pods wait out a
+#: backoff after each failed attempt (`SimScheduler.backoff`): kube-scheduler itself,
+#: HAMi's (kube-scheduler with HAMi's extender) and tensor-fusion's (a kube-scheduler
+#: build with its plugins). KAI's and Volcano's schedulers open a session every period
+#: and try every pending pod in it.
+BACKOFF_SCHEDULERS: Final = frozenset(
+    {"default-scheduler", "hami-scheduler", "tensor-fusion-scheduler"}
+)
+#: KubeSchedulerConfiguration v1 defaults: podInitialBackoffSeconds 1,
+#: podMaxBackoffSeconds 10 (``pkg/scheduler/apis/config/v1/defaults.go``), seconds.
+REAL_BACKOFF_SECONDS: Final = (1.0, 10.0)
 #: kube-scheduler's ``DefaultPodMaxInUnschedulablePodsDuration`` (5 min,
 #: ``pkg/scheduler/backend/queue/scheduling_queue.go``): a pod parked in
 #: unschedulablePods longer than this is tried again whatever happened, seconds.
@@ -197,6 +216,29 @@ def _ref(pod: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
+def _most_used(node: NodeInfo) -> tuple[float, str]:
+    return (-sum(node.gpu_used), node.name)
+
+
+def _fewest_idle(node: NodeInfo) -> tuple[int, float, str]:
+    return (sum(1 for used in node.gpu_used if used <= 0), -sum(node.gpu_used), node.name)
+
+
+def node_order(scheduler: str) -> Callable[[NodeInfo], tuple[Any, ...]]:
+    """The key a scheduler's feasible nodes are sorted by, the first one taken.
+
+    - ``kai-scheduler``: the fewest idle GPUs first (devices with nothing on them), as
+      KAI's default ``binpack`` node placement scores a node linearly from the most idle
+      GPUs of the fitting nodes (score 0) to the fewest (the highest;
+      NVIDIA/KAI-Scheduler ``pkg/scheduler/plugins/nodeplacement``, its
+      ``nodepack_test.go``): an 8-GPU node with 6 idle loses to a 4-GPU node with 4.
+    - every other scheduler: the most GPU share used first (a GPU binpack; HAMi's
+      default node policy is ``binpack``, HAMi ``pkg/scheduler/config/config.go``).
+
+    Ties go by node name (the real schedulers break them at random)."""
+    return _fewest_idle if scheduler == "kai-scheduler" else _most_used
+
+
 class SimScheduler:
     """Binds pending pods to nodes, or marks them ``PodScheduled=False/Unschedulable``
     with a FailedScheduling event, as kube-scheduler (and HAMi, KAI-Scheduler and
@@ -207,6 +249,9 @@ class SimScheduler:
         scheduler_names: ``spec.schedulerName`` values served (absent means
             ``default-scheduler``); other pods are left alone.
         resync_seconds: longest wait between passes when nothing changes.
+        backoff_seconds: (initial, max) backoff of the `BACKOFF_SCHEDULERS`' pods after
+            a failed attempt (`backoff`); `REAL_BACKOFF_SECONDS` are kube-scheduler's
+            defaults, (0, 0) retries at once.
     """
 
     def __init__(
@@ -215,8 +260,14 @@ class SimScheduler:
         *,
         scheduler_names: Sequence[str] = DEFAULT_SCHEDULER_NAMES,
         resync_seconds: float = 0.5,
+        backoff_seconds: tuple[float, float] = (0.0, 0.0),
     ) -> None:
         self._store = store
+        #: kube-scheduler's podInitialBackoffSeconds and podMaxBackoffSeconds (`backoff`).
+        self._backoff = backoff_seconds
+        #: uid -> (failed scheduling attempts, monotonic seconds of the last one), for
+        #: the schedulers built on kube-scheduler's queue (`BACKOFF_SCHEDULERS`).
+        self._attempts: dict[str, tuple[int, float]] = {}
         self._names = tuple(dict.fromkeys(scheduler_names))
         self._resync = resync_seconds
         self._recorders: dict[str, EventRecorder] = {}
@@ -373,14 +424,18 @@ class SimScheduler:
         token = self._cluster_token()
         now = time.monotonic()
         pending: list[PodInfo] = []
+        queued = name in BACKOFF_SCHEDULERS
         for pod in view.pending.get(name, {}).values():
-            if self._is_parked(pod, token, now):
+            if self._is_parked(pod, token, now) or (
+                queued and self.backoff(pod["metadata"]["uid"], now) > 0
+            ):
                 continue
             info = self._info(pod)
             if info is not None:
                 pending.append(info)
         self._cache = _pruned(self._cache, view.pods)
         self._parked = _pruned(self._parked, view.pods)
+        self._attempts = _pruned(self._attempts, view.pods)
         self._roles = _pruned(self._roles, view.pods)
         if name == "kai-scheduler" and self._synced != (view.departures, self._reservations_made):
             self._synced = (view.departures, self._reservations_made)
@@ -409,7 +464,7 @@ class SimScheduler:
                 self._mark(info.pod, "SchedulingGated", _GATED_MESSAGE, event=False)
                 yield False
             else:
-                yield self._schedule(info, ordered, failed, state, token, verdicts)
+                yield self._schedule(info, ordered, failed, state, token, verdicts, name)
 
     @staticmethod
     def _serves(pod: Mapping[str, Any], name: str) -> bool:
@@ -499,8 +554,10 @@ class SimScheduler:
         state: dra.DraState | None,
         token: tuple[int, ...],
         verdicts: dict[str, dict[str, Status | None]],
+        scheduler: str = "default-scheduler",
     ) -> bool:
-        """Bind ``info`` or mark it unschedulable (and park it, with ``token``, the
+        """Bind ``info`` (on the feasible node `node_order` of ``scheduler`` puts first)
+        or mark it unschedulable (and park it, with ``token``, the
         pass's `_cluster_token`). ``failed`` maps the `signature` of
         pods found unschedulable in this pass (since the last bind) to their message:
         an identical pod gets the same verdict without filtering every node again.
@@ -549,7 +606,7 @@ class SimScheduler:
             failed[key] = fit_error(info, nodes, statuses)
             self._unschedulable(info.pod, failed[key], token)
             return False
-        best = min(feasible, key=lambda n: (-sum(n.gpu_used), n.name))
+        best = min(feasible, key=node_order(scheduler))
         assignment: gpushare.Assignment = ()
         annotations: dict[str, str] = {}
         if info.demand is not None and best.places_devices(info):
@@ -741,10 +798,31 @@ class SimScheduler:
 
     def _unschedulable(self, pod: Obj, message: str, token: tuple[int, ...]) -> None:
         """Mark ``pod`` Unschedulable with ``message`` and park it at the resourceVersion
-        it has after that write (not parked if the write failed: the next pass retries)."""
+        it has after that write (not parked if the write failed: the next pass retries);
+        count the failed attempt (`backoff`)."""
+        uid = pod["metadata"]["uid"]
+        now = time.monotonic()
+        attempts, _ = self._attempts.get(uid, (0, now))
+        self._attempts[uid] = (attempts + 1, now)
         version = self._mark(pod, "Unschedulable", message)
         if version is not None:
-            self._parked[pod["metadata"]["uid"]] = (version, token, time.monotonic())
+            self._parked[uid] = (version, token, now)
+
+    def backoff(self, uid: str, now: float) -> float:
+        """Seconds the pod ``uid`` still waits in backoffQ at monotonic ``now``, after its
+        failed attempts: podInitialBackoffSeconds x 2^(attempts - 1), at most
+        podMaxBackoffSeconds, from its last attempt (kube-scheduler
+        ``pkg/scheduler/backend/queue/scheduling_queue.go`` ``calculateBackoffDuration``;
+        the defaults are 1 s and 10 s, KubeSchedulerConfiguration v1). A cluster event
+        moves an unschedulable pod to backoffQ, not activeQ, while this lasts: a new node's
+        GPUs wait for the pods Karpenter bought them for while a scheduler without such
+        a queue (KAI's and Volcano's sessions) binds others there."""
+        initial, maximum = self._backoff
+        attempts, last = self._attempts.get(uid, (0, now))
+        if attempts == 0 or initial <= 0:
+            return 0.0
+        wait = min(initial * 2.0 ** (attempts - 1), maximum)
+        return max(0.0, last + wait - now)
 
     def _mark(self, pod: Obj, reason: str, message: str, *, event: bool = True) -> str | None:
         """Set ``PodScheduled=False`` with ``reason``/``message`` unless already so;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 
 from sim import gpushare, hami
 from sim import scheduler as sim_scheduler
+from sim.filters import NodeInfo
 from sim.kubelet import SimKubelet
 from sim.scheduler import KAI_ON_HAMI, SimScheduler
 from sim.store import EVENTS, NAMESPACES, NODES, PODS, Store
@@ -618,3 +620,42 @@ def test_hami_pods_go_only_to_nodes_running_hamis_device_plugin(store: Store) ->
     add_node(store, "hami-gpu", gpus=10, labels=dict(hami.NODE_SELECTOR))
     SimScheduler(store).schedule_once()
     assert get(store, "vgpu")["spec"]["nodeName"] == "hami-gpu"
+
+
+def test_kai_takes_the_node_with_the_fewest_idle_gpus_others_the_most_used() -> None:
+    """KAI's binpack scores a node by its idle GPUs (the fewest win, KAI
+    nodeplacement's nodepack_test.go); the sim's other schedulers take the node with
+    the most GPU share used. An 8-GPU node with two half-used GPUs (6 idle) and a
+    4-GPU node with one half-used GPU (3 idle): KAI takes the 4-GPU one, the others
+    the 8 (more share used)."""
+    big = NodeInfo({}, "a-big", {}, [], gpu_used=[0.5, 0.5] + [0.0] * 6)
+    small = NodeInfo({}, "b-small", {}, [], gpu_used=[0.5, 0.0, 0.0, 0.0])
+    assert min((big, small), key=sim_scheduler.node_order("kai-scheduler")).name == "b-small"
+    for name in ("default-scheduler", "hami-scheduler"):
+        assert min((big, small), key=sim_scheduler.node_order(name)).name == "a-big"
+    empty8 = NodeInfo({}, "a-empty8", {}, [], gpu_used=[0.0] * 8)
+    empty4 = NodeInfo({}, "b-empty4", {}, [], gpu_used=[0.0] * 4)
+    assert min((empty8, empty4), key=sim_scheduler.node_order("kai-scheduler")).name == "b-empty4"
+
+
+@pytest.mark.parametrize("backoff", [(0.0, 0.0), (30.0, 300.0)])
+def test_a_backing_off_native_pod_loses_its_new_gpu_to_a_kai_session(
+    store: Store, backoff: tuple[float, float]
+) -> None:
+    """The race seen on the real kube-scheduler and Karpenter: a native GPU pod that
+    failed once waits out kube-scheduler's backoff (podInitialBackoffSeconds x
+    2^(attempts-1)) after the node Karpenter bought for it appears, and KAI's next
+    session binds its own pod on that GPU. Without backoff the native pod, tried first,
+    takes it."""
+    scheduler = SimScheduler(store, backoff_seconds=backoff)
+    native = add_pod(store, "native", limits={"nvidia.com/gpu": "1"})
+    add_pod(store, "kai", scheduler="kai-scheduler", annotations={"gpu-fraction": "0.5"})
+    assert scheduler.schedule_once() == 0  # no node: both Unschedulable, one attempt each
+    add_node(store, "gpu-1", gpus=1)
+    waiting = scheduler.backoff(native["metadata"]["uid"], time.monotonic())
+    assert scheduler.schedule_once() == 1
+    winner = "kai" if backoff[0] else "native"
+    loser = "native" if backoff[0] else "kai"
+    assert get(store, winner)["spec"].get("nodeName") == "gpu-1"
+    assert get(store, loser)["spec"].get("nodeName") is None
+    assert (waiting > 29.0) if backoff[0] else (waiting == 0.0)
