@@ -253,6 +253,10 @@ class TriggerCapacity:
         self._move(index, gpus)
         return self._supply[index]
 
+    def spare(self, index: int) -> int:
+        """The spare GPUs trigger ``supply[index]`` has left."""
+        return self._spare[index]
+
     def take_from(self, index: int, gpus: int) -> bool:
         """Take ``gpus`` spare GPUs of trigger ``supply[index]`` itself, if it has them."""
         if self._spare[index] < gpus:

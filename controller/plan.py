@@ -410,20 +410,25 @@ def _stay(
     capacity: TriggerCapacity,
     served: dict[PodRef, list[Bin]],
 ) -> tuple[list[PendingPod], list[Bin]]:
-    """Pods stay with the live trigger they were told of (their status names it), linked
-    or not: their bins take that trigger's GPUs first, as far as it has room, the most
-    progressed trigger's pods first (``supply``'s order). So a pod is not moved from
-    trigger to trigger, and its story (``Triggered`` Events naming one trigger after
-    another, then one NodeClaim after another) does not churn as new pods join the
-    group and its packing changes; the triggers' sizes are fixed either way, so only
-    who is told which trigger would move. On the real Karpenter, before this held for
-    unlinked triggers too, one pod was named in 8 triggers within 12 s. Returns the
-    pods left to pack, and the staying pods' bins: the share they leave of their GPUs
-    is packed with those pods first (`controller.packing.pack` ``into``), so staying
-    costs no GPU that packing everything afresh would have saved."""
-    told_of = {str(t.ref): i for i, t in enumerate(supply)}
-    if not told_of:
+    """Pods stay with the live trigger they were told of (their status names it): their
+    bins take that trigger's GPUs first, as far as it has room. So a pod is not moved
+    from trigger to trigger, and its story (``Triggered`` Events naming one trigger
+    after another, then one NodeClaim after another) does not churn as new pods join
+    the group and its packing changes; on the real Karpenter, when only the pods of
+    linked triggers stayed, one pod was named in 8 triggers within 12 s.
+
+    First the pods of linked triggers (Karpenter made a NodeClaim for them), then those
+    of unlinked ones, but only when no linked trigger of the group has a spare GPU left:
+    a NodeClaim bought whose pods went elsewhere must take the pods still pending before
+    an unlinked trigger makes Karpenter buy another (packed afresh, they go to the most
+    progressed trigger first, and the unlinked one is deleted as not needed). Returns
+    the pods left to pack, and the staying pods' bins: the share they leave of their
+    GPUs is packed with those pods first (`controller.packing.pack` ``into``), so
+    staying costs no GPU that packing everything afresh would have saved."""
+    if not supply:
         return list(pods), []
+    told_of = {str(t.ref): i for i, t in enumerate(supply)}
+    linked = {i for i, t in enumerate(supply) if work.claim_of[t.ref] is not None}
     stay: dict[int, list[PendingPod]] = defaultdict(list)
     rest: list[PendingPod] = []
     for pod in pods:
@@ -434,13 +439,22 @@ def _stay(
         else:
             stay[index].append(pod)
     stayed: list[Bin] = []
-    for index, members in sorted(stay.items()):
-        for bin_ in pack(members):
-            if capacity.take_from(index, bin_.size):
-                served[supply[index].ref].append(bin_)
-                stayed.append(bin_)
-            else:
-                rest.extend(bin_.pods)
+
+    def keep(indices: list[int]) -> None:
+        for index in indices:
+            for bin_ in pack(stay[index]):
+                if capacity.take_from(index, bin_.size):
+                    served[supply[index].ref].append(bin_)
+                    stayed.append(bin_)
+                else:
+                    rest.extend(bin_.pods)
+
+    keep(sorted(i for i in stay if i in linked))
+    unlinked = sorted(i for i in stay if i not in linked)
+    if any(capacity.spare(i) > 0 for i in linked):
+        rest.extend(p for i in unlinked for p in stay[i])
+    else:
+        keep(unlinked)
     return rest, stayed
 
 

@@ -1080,6 +1080,27 @@ def test_a_pod_stays_with_the_unlinked_trigger_it_was_told_of() -> None:
     assert [sorted(r.name for r in c.serves) for c in crowded.creates] == [["c"]]
 
 
+def test_pods_of_an_unlinked_trigger_move_to_a_bought_trigger_with_room() -> None:
+    """Staying never costs a NodeClaim: gi-t1 got NodeClaim nc-1 and its pods were bound
+    elsewhere, and two halves told Triggered on the unlinked gi-t2 are pending. They
+    move to gi-t1 (bought, empty), and gi-t2 is deleted before Karpenter buys for it;
+    kept on gi-t2, nc-1 would stay empty and gi-t2 buy another."""
+    first = plan(
+        snapshot([gpu_pod("a", "0.5", model="l4"), gpu_pod("b", "0.5", model="l4")]), CONFIG
+    )
+    t1 = live_trigger(first, name="gi-t1", node_claim="nc-1")
+    t2 = live_trigger(first, name="gi-t2", created="2026-01-01T00:00:05Z")
+    told = ScaleUpStatus(TRIGGERED, "m", "gpu-intent-system/gi-t2").to_annotation()
+    halves = [gpu_pod(n, "0.5", model="l4", status_annotation=told) for n in ("a", "b")]
+    claim = nodeclaim("nc-1", "gpu-standard", model="l4", launched=True, marked=["gi-t1"])
+    result = plan(snapshot(halves, triggers=[t1, t2], claims=[claim]), CONFIG)
+    assert not result.creates
+    assert {s.ref.name: s.status.trigger for s in result.statuses} == {
+        "a": "gpu-intent-system/gi-t1",
+        "b": "gpu-intent-system/gi-t1",
+    }
+    assert [d.ref.name for d in result.deletes] == ["gi-t2"]
+
 def test_a_new_pod_fills_the_share_staying_pods_leave_of_their_trigger() -> None:
     """A quarter was told Triggered on gi-t1 (1 GPU); two more quarters and a half
     arrive. Staying must cost no GPU: the newcomers fill gi-t1's spare 0.75 (the
