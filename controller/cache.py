@@ -158,9 +158,10 @@ class _Expectation:
 
 
 def _kept(kind: str, obj: Obj) -> Obj:
-    """What the cache keeps of ``obj``: pending pods, triggers, nodes, ResourceClaims
-    and ResourceSlices are slimmed (`slim_pod`, `slim_trigger`, `slim_node`,
-    `controller.dra.slim_claim`, `controller.dra.slim_slice`)."""
+    """What the cache keeps of ``obj``: pending pods, triggers, nodes, ResourceClaims,
+    ResourceSlices and Nominated Events are slimmed (`slim_pod`, `slim_trigger`,
+    `slim_node`, `controller.dra.slim_claim`, `controller.dra.slim_slice`,
+    `slim_event`)."""
     if kind == Kind.PENDING_PODS:
         return slim_pod(obj)
     if kind == Kind.TRIGGERS:
@@ -169,7 +170,25 @@ def _kept(kind: str, obj: Obj) -> Obj:
         return slim_claim(obj)
     if kind == Kind.RESOURCESLICES:
         return slim_slice(obj)
+    if kind == Kind.NOMINATIONS:
+        return slim_event(obj)
     return slim_node(obj) if kind == Kind.NODES else obj
+
+
+def slim_event(obj: Obj) -> Obj:
+    """What the cache keeps of an Event (`controller.nodes.parse_nomination` reads it):
+    its metadata's name, namespace and resourceVersion, ``involvedObject``'s kind,
+    namespace, name and uid, ``reason``, ``message`` and the times. Nominated Events
+    of every namespace are cached, one per pending pod Karpenter nominates."""
+    meta = obj.get("metadata") or {}
+    involved = obj.get("involvedObject") or {}
+    return {
+        "metadata": {k: meta[k] for k in ("name", "namespace", "resourceVersion") if k in meta},
+        "involvedObject": {
+            k: involved[k] for k in ("kind", "namespace", "name", "uid") if k in involved
+        },
+        **{k: obj[k] for k in ("reason", "message", "lastTimestamp", "eventTime") if k in obj},
+    }
 
 
 class InformerCache:

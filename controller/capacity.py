@@ -135,20 +135,25 @@ def held_covers(
     cover: float,
     cover_max: float | None = None,
     last_bind: datetime | None = None,
+    reserved: Mapping[str, Decimal] | None = None,
 ) -> tuple[set[PodRef], dict[str, Decimal]]:
     """The pods whose NodeReady cover still holds (left to their scheduler, out of
     planning), and the GPUs still free on the `fresh` NodeClaims (name -> GPUs, only
     those with some), for other pods.
 
     A NodeClaim's room is its GPUs (`NodeClaimInfo.gpus`) minus ``used`` (GPUs of the
-    pods we served found bound to its node, by node name). A cover (`cover_of`) holds
-    only as far as that room goes, earliest covered first. ``cover``, ``cover_max``:
-    seconds; ``last_bind``: see `cover_holds`."""
+    pods we served found bound to its node, by node name) minus ``reserved`` (GPUs of
+    pending native pods Karpenter nominated onto it, by NodeClaim name,
+    `controller.plan.native_reserved`). A cover (`cover_of`) holds only as far as that
+    room goes, earliest covered first. ``cover``, ``cover_max``: seconds;
+    ``last_bind``: see `cover_holds`."""
     room: dict[str, Decimal] = {}
+    held_back = reserved or {}
 
     def room_of(claim: NodeClaimInfo) -> Decimal:
         if claim.name not in room:
-            room[claim.name] = claim.gpus - used.get(claim.node_name or "", Decimal(0))
+            taken = used.get(claim.node_name or "", Decimal(0))
+            room[claim.name] = claim.gpus - taken - held_back.get(claim.name, Decimal(0))
         return room[claim.name]
 
     by_claim: dict[str, list[tuple[datetime, PendingPod]]] = defaultdict(list)

@@ -125,6 +125,10 @@ class Snapshot:
     #: by the name of the trigger whose marker they carried (`Memory.lost_claims`):
     #: failures the trigger's recorded link may not show yet.
     lost: Mapping[str, str] = field(default_factory=dict)
+    #: GPUs of pending native pods that Karpenter nominated onto a NodeClaim, by
+    #: NodeClaim name (`controller.plan.native_reserved`, over every pending pod, not
+    #: only this snapshot's): not room for the pods of a sharing layer.
+    reserved: Mapping[str, Decimal] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,7 +51,7 @@ from controller.model import (
     parse_trigger,
 )
 from controller.nodes import NodeClaimInfo, NodeInfo, NodePoolInfo, Nomination, Refusal
-from controller.plan import partition, plan, time_sensitive
+from controller.plan import native_reserved, partition, plan, time_sensitive
 from controller.pools import PoolKey, pool_key, unplaced_layer
 from controller.snapshot import used
 
@@ -136,6 +136,7 @@ class IncrementalPlanner:
         self._opted_in: set[str] = set()
         self._nodes: dict[str, NodeInfo] = {}
         self._used: dict[str, Decimal] = {}
+        self._reserved: dict[str, Decimal] = {}
         self._coupled = False
         self._retries: dict[Key, RetryState] = {}
         self._removals: dict[GroupKey, datetime] = {}
@@ -150,6 +151,7 @@ class IncrementalPlanner:
         self._cache.expire_expectations()
         reparse, relink = self._refresh_shared(now)
         self._refresh_pods(reparse)
+        self._refresh_reserved()
         relink |= self._refresh_triggers()
         if relink:
             self._coupled = self._shared_claims()
@@ -278,6 +280,7 @@ class IncrementalPlanner:
             decide_labels,
             self._memory.last_bind(),
             self._lost,
+            self._reserved,
         )
 
     def _refresh_shared(self, now: datetime) -> tuple[bool, bool]:
@@ -348,6 +351,22 @@ class IncrementalPlanner:
         if shared:
             self._shared_version += 1
         return reparse, relink
+
+    def _refresh_reserved(self) -> None:
+        """Re-sum the GPUs Karpenter's nominations reserve for pending native pods
+        (`controller.plan.native_reserved`): a shared input, since a native pod and the
+        pods told free GPUs on the same NodeClaim may lie in two partitions. Costs the
+        nominations, not the pods."""
+        nominated = []
+        for key in self._nominations:
+            part = self._pod_part.get(key)
+            pod = self._parts[part].pods.get(key) if part in self._parts else None
+            if pod is not None:
+                nominated.append(pod)
+        reserved = native_reserved(nominated, self._nominations)
+        if reserved != self._reserved:
+            self._reserved = reserved
+            self._shared_version += 1
 
     def _refresh_pods(self, reparse: bool) -> None:
         """Re-parse the pending pods that changed (all of them when ``reparse``)."""

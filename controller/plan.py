@@ -52,7 +52,7 @@ deleted); their words are `controller.messages`' alone.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -223,6 +223,7 @@ def _classify(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> dict[str, 
         config.cover_seconds,
         config.cover_max_seconds,
         snapshot.last_bind,
+        snapshot.reserved,
     )
     pools = PoolResolver(snapshot.nodepools, config)
     for pod in snapshot.pods:  # order-free: packing sorts what it packs
@@ -628,6 +629,28 @@ def is_native(pod: PendingPod) -> bool:
     return Source("resources", NVIDIA_GPU) in pod.intent.source and (
         pod.intent.gpus == pod.intent.gpus.to_integral_value()
     )
+
+
+def native_reserved(
+    pods: Iterable[PendingPod | InvalidPod],
+    nominations: Mapping[tuple[str, str], Nomination],
+) -> dict[str, Decimal]:
+    """GPUs (`controller.packing.gpu_need`) of the pending native pods (`is_native`)
+    that Karpenter nominated onto a NodeClaim (its ``Nominated`` Event, the latest per
+    pod, for the same pod uid), summed by NodeClaim name. Karpenter packs pending native
+    pods onto the NodeClaims it launches for triggers (it no longer counts a trigger
+    marked `controller.triggers.LINKED_REASON` there) and buys nothing more for them:
+    those GPUs are theirs, not room for pods of a sharing layer (seen on the real
+    kube-scheduler and Karpenter, `../shared/realk8s`). Pure."""
+    reserved: dict[str, Decimal] = defaultdict(Decimal)
+    for pod in pods:
+        if not isinstance(pod, PendingPod) or not is_native(pod):
+            continue
+        nomination = nominations.get((pod.ref.namespace, pod.ref.name))
+        if nomination is None or (nomination.uid and pod.ref.uid and nomination.uid != pod.ref.uid):
+            continue
+        reserved[nomination.node_claim] += gpu_need(pod.intent)
+    return dict(reserved)
 
 
 def link_claims(

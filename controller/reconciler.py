@@ -123,12 +123,10 @@ def informer_specs(namespace: str, metrics: ControllerMetrics) -> list[InformerS
         InformerSpec(
             Kind.NAMESPACES, kube_api.NAMESPACES, label_selector=f"{INJECT_LABEL}={INJECT_VALUE}"
         ),
-        InformerSpec(
-            Kind.NOMINATIONS,
-            kube_api.EVENTS,
-            namespace=namespace,
-            field_selector="reason=Nominated",
-        ),
+        # Every namespace: Karpenter's nominations of triggers link them to NodeClaims,
+        # those of native pods hold GPUs of the NodeClaims they name
+        # (`controller.plan.native_reserved`).
+        InformerSpec(Kind.NOMINATIONS, kube_api.EVENTS, field_selector="reason=Nominated"),
         InformerSpec(
             Kind.REFUSALS,
             kube_api.EVENTS,

@@ -11,6 +11,7 @@ from decimal import Decimal
 from controller.cache import InformerCache, Kind
 from controller.decisions import Snapshot
 from controller.memory import Memory
+from controller.plan import native_reserved
 
 
 def used(cache: InformerCache, memory: Memory) -> dict[str, Decimal]:
@@ -48,4 +49,5 @@ def snapshot(cache: InformerCache, memory: Memory, now: datetime) -> Snapshot:
         removals=memory.removals(),
         last_bind=memory.last_bind(),
         lost=memory.lost_claims(),
+        reserved=native_reserved(pods, nominations),
     )

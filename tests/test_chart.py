@@ -190,6 +190,10 @@ def test_controller_rbac_is_what_it_calls_and_nothing_else() -> None:
         ("karpenter.sh", "nodeclaims", "delete"),
         *{("resource.k8s.io", r, v) for r in ("resourceclaims", "resourceslices") for v in read},
         *{(g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")},
+        # Karpenter's Nominated Events in every namespace (native pods' nominations
+        # hold GPUs: controller.plan.native_reserved)
+        ("", "events", "list"),
+        ("", "events", "watch"),
     }
     assert grants[("RoleBinding", NAMESPACE)] == {
         ("", "pods", "create"),

@@ -23,6 +23,7 @@ from controller.model import NODE_READY, PROVISIONING, GroupKey, RetryState, Sca
 from controller.plan import plan
 from controller.snapshot import snapshot
 from controller.triggers import LINKED_REASON, TriggerSettings
+from intent.keys import AWS_GPU_NAME_LABEL as GPU_NAME_LABEL
 
 NAMESPACES = Kind.NAMESPACES
 NODECLAIMS = Kind.NODECLAIMS
@@ -112,6 +113,22 @@ class World:
         rng = self.rng
         self.serial += 1
         name = f"p{self.serial}"
+        if rng.random() < 0.15:  # a native whole-GPU pod, which Karpenter may nominate
+            model = rng.choice(["t4", "l4"])
+            count = rng.choice(["1", "2"])
+            obj = gpu_pod(
+                name,
+                count,
+                model=model,
+                source=("resources:nvidia.com/gpu", "nodeSelector:" + GPU_NAME_LABEL),
+                resources={"limits": {"nvidia.com/gpu": count}},
+                node_selector={GPU_NAME_LABEL: model},
+                created=stamp(self.now - timedelta(seconds=rng.randrange(0, 30))),
+            )
+            obj["metadata"]["resourceVersion"] = self.next_rv()
+            self.pods[name] = obj
+            self.state.apply(PENDING_PODS, "ADDED", obj)
+            return
         obj = gpu_pod(
             name,
             rng.choice(["0.25", "0.5", "1", "2"]),
@@ -260,9 +277,14 @@ class World:
             self.state.apply(NODECLAIMS, "MODIFIED", claim)
 
     def nominate(self) -> None:
-        if not self.triggers or not self.claims:
+        """Karpenter's Nominated Event for a trigger, or for a pending pod (a native
+        one's holds GPUs of the NodeClaim, `controller.plan.native_reserved`)."""
+        if not self.claims or not (self.triggers or self.pods):
             return
-        trigger = self.triggers[self.rng.choice(sorted(self.triggers))]["metadata"]
+        if self.pods and (not self.triggers or self.rng.random() < 0.5):
+            trigger = self.pods[self.rng.choice(sorted(self.pods))]["metadata"]
+        else:
+            trigger = self.triggers[self.rng.choice(sorted(self.triggers))]["metadata"]
         claim = self.rng.choice(sorted(self.claims))
         self.serial += 1
         event = {
@@ -270,9 +292,9 @@ class World:
             "reason": "Nominated",
             "involvedObject": {
                 "kind": "Pod",
-                "namespace": NS,
+                "namespace": trigger.get("namespace", NS),
                 "name": trigger["name"],
-                "uid": trigger["uid"],
+                "uid": trigger.get("uid", ""),
             },
             "message": f"Pod should schedule on: nodeclaim/{claim}",
             "lastTimestamp": stamp(self.now),

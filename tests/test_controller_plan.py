@@ -42,7 +42,7 @@ from controller.nodes import (
     slim_node,
 )
 from controller.packing import pack
-from controller.plan import link_claims, plan
+from controller.plan import link_claims, native_reserved, plan
 from controller.triggers import TriggerSettings, condition_patch, trigger_name, trigger_pod
 
 NOW = datetime(2026, 11, 21, 12, 0, 5, tzinfo=UTC)
@@ -748,6 +748,43 @@ def test_free_gpus_of_a_nodeclaim_bought_for_us_take_pending_pods_before_any_tri
         assert not [s for s in alone.statuses if s.status.phase == NODE_READY]
 
 
+def test_gpus_karpenter_nominated_to_a_native_pod_are_not_free_for_sharing_pods() -> None:
+    """The real Karpenter packs a pending native pod onto a NodeClaim it bought for our
+    triggers and nominates it there. nc-1 (2 GPUs, ours, Ready) has a native 1-GPU pod
+    nominated onto it: only 1 GPU is room for the KAI quarters, so four of eight are
+    told NodeReady on it and four get a trigger. A nomination of another pod uid, or
+    of a pod that is not native, holds nothing."""
+    ours = nodeclaim(
+        "nc-1", "gpu-standard", gpus=2, model="l4", ready=True, node="n1", marked=["gi-old"]
+    )
+    native = gpu_pod(
+        "native",
+        "1",
+        model="l4",
+        source=("resources:nvidia.com/gpu", "nodeSelector:karpenter.k8s.aws/instance-gpu-name"),
+        resources={"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}},
+        node_selector={"karpenter.k8s.aws/instance-gpu-name": "l4"},
+    )
+    quarters = [gpu_pod(f"q{i}", "0.25", model="l4") for i in range(8)]
+    snap = snapshot([native, *quarters], claims=[ours])
+    uid = snap.pods[0].ref.uid
+
+    def nominated(
+        to: str, pod: str = "native", pod_uid: str = uid
+    ) -> dict[tuple[str, str], Nomination]:
+        return {("ml", pod): Nomination(("ml", pod), pod_uid, to, NOW)}
+
+    held = replace(snap, reserved=native_reserved(snap.pods, nominated("nc-1")))
+    assert held.reserved == {"nc-1": Decimal(1)}
+    result = plan(held, CONFIG)
+    ready = [s for s in result.statuses if s.status.phase == NODE_READY]
+    assert len(ready) == 4 and [len(c.serves) for c in result.creates] == [4]
+    for other in (nominated("nc-1", pod_uid="another"), nominated("nc-1", pod="q0")):
+        assert native_reserved(snap.pods, other) == {}
+    free = plan(replace(snap, reserved=native_reserved(snap.pods, nominated("nc-9"))), CONFIG)
+    assert len([s for s in free.statuses if s.status.phase == NODE_READY]) == 8
+
+
 def test_a_cover_the_executor_holds_works_without_the_status_annotation() -> None:
     claim = nodeclaim("nc-1", "gpu-standard", model="l4", ready=True, node="n1")
     pod = gpu_pod("a", "1", model="l4")
@@ -1100,6 +1137,7 @@ def test_pods_of_an_unlinked_trigger_move_to_a_bought_trigger_with_room() -> Non
         "b": "gpu-intent-system/gi-t1",
     }
     assert [d.ref.name for d in result.deletes] == ["gi-t2"]
+
 
 def test_a_new_pod_fills_the_share_staying_pods_leave_of_their_trigger() -> None:
     """A quarter was told Triggered on gi-t1 (1 GPU); two more quarters and a half
