@@ -211,6 +211,10 @@ class Memory:
         if intent is not None:
             self._used[node] = self._used.get(node, Decimal(0)) + gpu_use(intent)
 
+    def owes_final(self, key: Key) -> bool:
+        """Whether bound pod ``key`` is still owed its final status (`scheduled`)."""
+        return key in self._bound
+
     def owe_final(self, key: Key, current: Obj) -> None:
         """A status write for bound pod ``key`` landed after its binding (``current``:
         the pod as the write's answer showed it): it is owed its final status again,

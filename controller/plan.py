@@ -84,7 +84,7 @@ from controller.model import (
     ScheduledPod,
     TriggerInfo,
 )
-from controller.nodes import NodeClaimInfo, NodePoolInfo, Nomination
+from controller.nodes import NodeClaimInfo, NodeInfo, NodePoolInfo, Nomination
 from controller.packing import Bin, TriggerCapacity, gpu_need, pack
 from controller.pools import PoolResolver, resolve_pool
 from controller.reasons import (
@@ -285,23 +285,39 @@ def _place_on_free(
 
 
 def _report_scheduled(snapshot: Snapshot, work: _Pass) -> None:
-    """Report scheduled (module doc, 6): each pod that got a node while being scaled up
-    for is told ``Scheduled``, naming the NodeClaim by evidence only: the one whose node
-    the pod is bound to (its ``status.nodeName``, or the Node's NodeClaim
+    """Report scheduled (module doc, 6): `scheduled_statuses` of the snapshot."""
+    work.statuses.extend(
+        scheduled_statuses(snapshot.scheduled, snapshot.nodeclaims, snapshot.nodes, snapshot.now)
+    )
+
+
+def scheduled_statuses(
+    scheduled: Sequence[ScheduledPod],
+    nodeclaims: Mapping[str, NodeClaimInfo],
+    nodes: Mapping[str, NodeInfo],
+    now: datetime,
+) -> list[SetStatus]:
+    """Each pod that got a node while being scaled up for (``scheduled``) is told
+    ``Scheduled`` (``since`` ``now``), naming the NodeClaim by evidence only: the one
+    whose node the pod is bound to (its ``status.nodeName``, or the Node's NodeClaim
     ownerReference). The caches may learn of the node after the binding: the final
     status waits for them `SCHEDULED_NAME_WAIT_SECONDS` (`_named_late`) before it says
-    no NodeClaim is known."""
-    claims = snapshot.nodeclaims
-    claim_of_node = {c.node_name: c.name for c in claims.values() if c.node_name}
-    for done in snapshot.scheduled:
-        bound_to = snapshot.nodes.get(done.node)
+    no NodeClaim is known (such a pod gets no status yet). Pure; `plan` reports these,
+    and the controller as soon as a read-back finds pods bound
+    (`controller.reconciler.Controller.read_left`), without waiting for a pass."""
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    claim_of_node = {c.node_name: c.name for c in nodeclaims.values() if c.node_name}
+    out: list[SetStatus] = []
+    for done in scheduled:
+        bound_to = nodes.get(done.node)
         claim_name = claim_of_node.get(done.node) or (bound_to.claim if bound_to else None)
-        if claim_name is None and not _named_late(done, snapshot.now):
+        if claim_name is None and not _named_late(done, now):
             continue
-        claim = claims.get(claim_name) if claim_name else None
+        claim = nodeclaims.get(claim_name) if claim_name else None
         why = Scheduled.of(done.node, claim_name, claim)
-        status, event = statuses.told(why, work.stamp)
-        work.statuses.append(SetStatus(done.ref, status, event, done.seconds_to_node, why=why))
+        status, event = statuses.told(why, stamp)
+        out.append(SetStatus(done.ref, status, event, done.seconds_to_node, why=why))
+    return out
 
 
 def _link_and_mark(snapshot: Snapshot, work: _Pass) -> None:

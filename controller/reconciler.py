@@ -37,6 +37,7 @@ from controller.memory import TRACKED_PHASES, Memory
 from controller.metrics import ControllerMetrics, NodeClaimPhases
 from controller.model import NODEPOOL_LABEL, ScaleUpStatus
 from controller.passes import inflight_wait, to_apply
+from controller.plan import scheduled_statuses
 from controller.snapshot import used
 from intent import kube as kube_api
 from intent.catalog import Catalog
@@ -520,7 +521,25 @@ class Controller:
         before = len(self.memory.left())
         await self._read_left()
         if len(self.memory.left()) < before:
+            self._report_scheduled()
             self._poke()
+
+    def _report_scheduled(self) -> None:
+        """Queue the final ``Scheduled`` of the pods a read-back found bound
+        (`controller.plan.scheduled_statuses`, what the next pass would report) at once,
+        while leading: in a burst of bindings the next pass may wait out the settle delay
+        and a running pass, and a bound pod's closing status must not wait on them. The
+        writer keeps the latest per pod and drops a ``Scheduled`` no longer owed
+        (`controller.reports.StatusWriter.queue`), so the pass that reports them again
+        writes nothing twice."""
+        if not self._leading:
+            return
+        scheduled = self.memory.scheduled()
+        if scheduled:
+            cache = self.cache
+            self.executor.queue_statuses(
+                scheduled_statuses(scheduled, cache.nodeclaims(), cache.nodes(), self.now())
+            )
 
     def _observe(self, phases: Mapping[str, int], decided: Plan) -> None:
         metrics = self.metrics

@@ -175,12 +175,15 @@ class StatusWriter:
 
     def queue(self, changes: Sequence[SetStatus]) -> None:
         """Hand status writes to the writer task: the latest per pod wins, and one equal
-        to what is being written already is dropped (no duplicate Events)."""
+        to what is being written already is dropped, as is a ``Scheduled`` for a pod no
+        longer owed it (`Memory.owes_final`: written already): no duplicate Events."""
         for change in changes:
             key = (change.ref.namespace, change.ref.name)
             writing = self._writing.get(key)
             if writing is not None and change.status.same_state(writing.status):
                 continue
+            if change.status.phase == Phase.SCHEDULED and not self._memory.owes_final(key):
+                continue  # written already (a pass planned before that write landed)
             for waiting in (self._queued, self._final, self._closing):
                 waiting.pop(key, None)
             if change.status.phase in TRACKED_PHASES:

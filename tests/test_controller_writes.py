@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+from controller_fixtures import nodeclaim
+
 from controller.cache import Kind
 from controller.decisions import CreateTrigger, DeleteTrigger, Plan, SetStatus
 from controller.incremental import Pass
@@ -124,6 +126,62 @@ async def test_failed_read_backs_wait_for_the_next_pass_and_settled_ones_poke_it
     kube.down = False
     await controller.read_left()
     assert controller.memory.left() == [] and controller._poked.is_set()
+
+
+class BoundKube(ReadKube):
+    """Reads answer a pod bound on node n1; status annotations and Events are recorded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+        self.calls: list[tuple[str, str, Any]] = []
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.reads += 1
+        told = {"gpu-intent.io/scale-up": '{"phase":"Triggered"}'}
+        return {
+            "metadata": {"namespace": namespace, "name": name, "annotations": told},
+            "spec": {"nodeName": "n1"},
+        }
+
+    async def annotate_pod(self, namespace: str, name: str, annotations: Any) -> dict[str, Any]:
+        self.calls.append(("annotate", name, annotations))
+        return {"metadata": {"namespace": namespace, "name": name}, "spec": {"nodeName": "n1"}}
+
+    async def create_event(self, namespace: str, body: Any) -> None:
+        self.calls.append(("event", body["involvedObject"]["name"], body["reason"]))
+
+
+async def test_a_pod_found_bound_is_told_scheduled_without_waiting_for_a_pass() -> None:
+    """The read-back that finds a pod bound queues its final Scheduled (naming the
+    NodeClaim of its node) at once: no pass runs here. A pass that planned the same
+    status before that write landed writes nothing twice."""
+    kube = BoundKube()
+    controller = Controller(cast(Kube, kube), ControllerConfig())
+    controller._leading = True
+    claim = nodeclaim("c1", "gpu-standard", model="l4", ready=True, node="n1")
+    controller.cache.apply(Kind.NODECLAIMS, "ADDED", claim)
+    gone = {
+        "metadata": {
+            "namespace": "ml",
+            "name": "a",
+            "annotations": {"gpu-intent.io/scale-up": '{"phase":"Triggered"}'},
+        }
+    }
+    controller.cache.apply(Kind.PENDING_PODS, "ADDED", gone)
+    controller.cache.apply(Kind.PENDING_PODS, "DELETED", gone)
+    owed = controller.memory.left()
+    await controller.read_left()
+    await controller.flush_statuses()
+    [(_, name, annotations)] = [c for c in kube.calls if c[0] == "annotate"]
+    status = ScaleUpStatus.from_annotation(annotations["gpu-intent.io/scale-up"])
+    assert (name, status and status.phase, status and status.node_claim) == ("a", "Scheduled", "c1")
+    assert ("event", "a", "ScaleUpComplete") in kube.calls
+    assert owed == [("ml", "a")] and controller.memory.scheduled() == []
+    late = SetStatus(PodRef("ml", "a"), status or ScaleUpStatus("Scheduled", "m"), None)
+    controller.executor.queue_statuses([late])
+    await controller.flush_statuses()
+    assert len([c for c in kube.calls if c[0] == "annotate"]) == 1
 
 
 class SlowCreateKube:
@@ -260,6 +318,7 @@ async def test_scheduled_statuses_never_wait_behind_the_report_rate_limit() -> N
         await asyncio.sleep(0)
     assert sum(c.startswith("annotate") for c in kube.calls) == 2  # the rate limit holds
     done = ScaleUpStatus("Scheduled", "scheduled on node n1", None, "c1", "n1")
+    controller.memory.owe_final(("ml", "bound"), {"metadata": {"name": "bound"}})
     writer.queue([SetStatus(PodRef("ml", "bound"), done, None)])
     for _ in range(50):
         await asyncio.sleep(0)

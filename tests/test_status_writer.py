@@ -170,10 +170,11 @@ async def test_an_open_status_that_landed_after_the_binding_leaves_the_pod_owed_
 
 async def test_final_statuses_go_before_open_ones_and_their_events_after() -> None:
     kube = FakeKube()
-    status_writer, cache, _ = writer(kube)
+    status_writer, cache, memory = writer(kube)
     refs = [pending(cache, f"p{i}", "5") for i in range(3 * BATCH)]
     status_writer.queue([SetStatus(r, TRIGGERED, None) for r in refs])
     done = pending(cache, "done", "6")
+    memory.owe_final(("ml", "done"), {"metadata": {"name": "done", "namespace": "ml"}})
     status_writer.queue([SetStatus(done, SCHEDULED, told(SCHEDULED, "ScaleUpComplete"))])
     await status_writer.flush()
     order = [(kind, name) for kind, name, _ in kube.calls]
