@@ -19,7 +19,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -450,10 +450,10 @@ class Controller:
             except TimeoutError:
                 return
 
-    async def _read_left(self) -> None:
-        """Read back the pods that left the pending set while being scaled up for: the
-        watch's DELETED carries their previous state, so only a read says whether they
-        were bound (and where) or deleted (REFERENCE.md section 6)."""
+    async def _read_left(self, keys: Sequence[tuple[str, str]]) -> None:
+        """Read back ``keys``, pods that left the pending set while being scaled up for:
+        the watch's DELETED carries their previous state, so only a read says whether
+        they were bound (and where) or deleted (REFERENCE.md section 6)."""
 
         async def read(key: tuple[str, str]) -> None:
             try:
@@ -465,7 +465,7 @@ class Controller:
                 self.metrics.record_scale_up(None)  # deleted before it got a node: cancelled
             self.memory.resolve_left(key, current)
 
-        await each(read, self.memory.left(), self.config.concurrency)
+        await each(read, keys, self.config.concurrency)
 
     async def reconcile_once(self) -> Plan:
         """One pass: plan, settle what to apply (`controller.passes.to_apply`), apply;
@@ -513,15 +513,23 @@ class Controller:
         return decided
 
     async def read_left(self) -> None:
-        """Read back the pods that left the pending set (one round: a read that failed
-        is tried again after the next pass), then poke the loop when a read settled any
-        of them (a final status is owed, or what they took of a node changed). Failed
+        """Read back the pods that left the pending set, in rounds until no pod left
+        that this call has not read yet (pods that leave during a round are read in the
+        next at once; a read that failed is tried again after the next pass). After a
+        round that settled any, queue their final statuses (`_report_scheduled`); at the
+        end poke the loop if any was settled (what they took of a node changed). Failed
         reads alone poke nothing: against a failing API server they wait for the next
         pass instead of driving a pass per round."""
-        before = len(self.memory.left())
-        await self._read_left()
-        if len(self.memory.left()) < before:
-            self._report_scheduled()
+        read: set[tuple[str, str]] = set()
+        settled = False
+        while keys := [k for k in self.memory.left() if k not in read]:
+            read.update(keys)
+            before = len(self.memory.left())
+            await self._read_left(keys)
+            if len(self.memory.left()) < before:
+                settled = True
+                self._report_scheduled()
+        if settled:
             self._poke()
 
     def _report_scheduled(self) -> None:

@@ -184,6 +184,39 @@ async def test_a_pod_found_bound_is_told_scheduled_without_waiting_for_a_pass() 
     assert len([c for c in kube.calls if c[0] == "annotate"]) == 1
 
 
+async def test_pods_that_leave_during_a_read_back_are_read_in_the_same_call() -> None:
+    """Pod b leaves the pending set while pod a is being read back: the same read_left
+    call reads b in a second round, and both are told Scheduled, without waiting for
+    another informer event or pass."""
+    kube = BoundKube()
+    controller = Controller(cast(Kube, kube), ControllerConfig())
+    controller._leading = True
+
+    def left(name: str) -> None:
+        obj = {
+            "metadata": {
+                "namespace": "ml",
+                "name": name,
+                "annotations": {"gpu-intent.io/scale-up": '{"phase":"Triggered"}'},
+            }
+        }
+        controller.cache.apply(Kind.PENDING_PODS, "ADDED", obj)
+        controller.cache.apply(Kind.PENDING_PODS, "DELETED", obj)
+
+    read = kube.get_pod
+
+    async def get_pod(namespace: str, name: str) -> dict[str, Any] | None:
+        if name == "a":
+            left("b")
+        return await read(namespace, name)
+
+    kube.get_pod = get_pod  # type: ignore[method-assign]
+    left("a")
+    await controller.read_left()
+    await controller.flush_statuses()
+    assert kube.reads == 2 and controller.memory.left() == []
+    assert sorted(c[1] for c in kube.calls if c[0] == "annotate") == ["a", "b"]
+
 class SlowCreateKube:
     """Records API calls; trigger creates hang until ``release`` is set (a slow or
     overloaded API server); deletes, marks and statuses answer at once."""
