@@ -165,6 +165,9 @@ class StatusWriter:
         self._writing: dict[tuple[str, str], SetStatus] = {}
         #: ``Scheduled`` statuses, for the closing task.
         self._closing: dict[tuple[str, str], SetStatus] = {}
+        #: Set whenever a write ends (the closing task waits on it for a pod whose
+        #: other write is in flight).
+        self._wrote = asyncio.Event()
         #: Events of final statuses written, recorded after the open statuses queued.
         self._events: list[tuple[PodRef, Event]] = []
         #: Status writes dropped or undone because the pod had moved on (tests, logs).
@@ -188,7 +191,7 @@ class StatusWriter:
                 waiting.pop(key, None)
             if change.status.phase in TRACKED_PHASES:
                 self._queued[key] = change
-            elif change.status.phase == Phase.SCHEDULED and key not in self._writing:
+            elif change.status.phase == Phase.SCHEDULED:
                 self._closing[key] = change
             else:
                 self._final[key] = change
@@ -204,12 +207,18 @@ class StatusWriter:
             self.closing_task = asyncio.create_task(self._close_all(), name="closing-writer")
 
     async def _close_all(self) -> None:
-        """Write every ``Scheduled`` queued, until none is left; a pod whose other write
-        is in flight meanwhile is left to the rate-limited writer, after that write."""
+        """Write every ``Scheduled`` queued, until none is left. A pod whose other write
+        is in flight (sent, or waiting for its slot or the rate limit) waits for that
+        write to end, then is written here: never behind the rate-limited writer's
+        batch."""
         while self._closing:
-            batch, self._closing = self._closing, {}
-            for key in [k for k in batch if k in self._writing]:
-                self._final[key] = batch.pop(key)
+            batch = {k: c for k, c in self._closing.items() if k not in self._writing}
+            if not batch:
+                self._wrote.clear()
+                await self._wrote.wait()  # a write ended: its pod may go now
+                continue
+            for key in batch:
+                del self._closing[key]
             await self._write_batch(batch, closing=True)
             self._start()
         self._poke()
@@ -230,15 +239,23 @@ class StatusWriter:
     async def _write_batch(
         self, batch: dict[tuple[str, str], SetStatus], *, closing: bool = False
     ) -> None:
+        """Write ``batch``; each pod counts as being written (``_writing``) from when its
+        write is handed to a slot until it ends, not for the whole batch."""
         if not batch:
             return
-        self._writing.update(batch)
-        try:
-            act = self._set_closing if closing else self._set_status
-            await self._each(act, list(batch.values()))
-        finally:
-            for key in batch:
-                self._writing.pop(key, None)
+        act = self._set_closing if closing else self._set_status
+
+        async def one(change: SetStatus) -> bool:
+            key = (change.ref.namespace, change.ref.name)
+            self._writing[key] = change
+            try:
+                return await act(change)
+            finally:
+                if self._writing.get(key) is change:
+                    del self._writing[key]
+                self._wrote.set()
+
+        await self._each(one, list(batch.values()))
 
     async def flush(self) -> None:
         """Wait until every queued status is written (tests and shutdown)."""

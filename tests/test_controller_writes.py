@@ -93,6 +93,35 @@ async def test_status_and_event_writes_are_rate_limited_and_trigger_writes_are_n
     controller.executor.reports.task.cancel()
 
 
+async def test_a_pod_whose_open_status_is_written_gets_scheduled_before_the_batch_ends() -> None:
+    """Six open statuses at 2 writes a second: p0's is written at once, the last ones
+    wait seconds for the rate limit. p0 then binds: its Scheduled goes out at once,
+    not after the whole batch of open statuses (they once all counted as being written
+    until the last of them was)."""
+    kube = StuckStatusKube()
+    kube.release.set()
+    config = ControllerConfig(concurrency=8, report_writes_per_second=2)
+    controller = Controller(cast(Kube, kube), config)
+    pending(controller, *(f"p{i}" for i in range(6)))
+    told = ScaleUpStatus("Triggered", "m", "t")
+    writer = controller.executor.reports
+    writer.queue([SetStatus(PodRef("ml", f"p{i}"), told, None) for i in range(6)])
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert kube.calls.count("annotate p0") == 1
+    assert sum(c.startswith("annotate") for c in kube.calls) == 2  # the rate limit holds
+    done = ScaleUpStatus("Scheduled", "scheduled on node n1", None, "c1", "n1")
+    controller.memory.owe_final(("ml", "p0"), {"metadata": {"name": "p0"}})
+    writer.queue([SetStatus(PodRef("ml", "p0"), done, None)])
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert kube.calls.count("annotate p0") == 2
+    assert sum(c.startswith("annotate") for c in kube.calls) == 3  # the others still wait
+    for task in (writer.task, writer.closing_task):
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
 class ReadKube:
     """Reads of pods that left the pending set: failing while ``down``, else bound."""
 
