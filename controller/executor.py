@@ -119,9 +119,11 @@ class Executor:
             Lane.PROTECT: asyncio.Semaphore(concurrency),
         }
         self._report_rate = AsyncLimiter(report_writes_per_second, 1.0)
-        #: ``Scheduled`` statuses have slots of their own and no rate limit: one write
-        #: per pod bound, paced by the schedulers (`controller.reports`).
-        self._closing_writes = asyncio.Semaphore(self._report_concurrency)
+        #: ``Scheduled`` statuses have slots of their own, as many as the other writes,
+        #: and no rate limit: one write per pod bound, paced by the schedulers
+        #: (`controller.reports`); a burst of bindings is told within seconds even when
+        #: each write takes half a second.
+        self._closing_writes = asyncio.Semaphore(concurrency)
         #: The creates of the last plan that had any, still in flight (`apply`).
         self.creates: asyncio.Task[None] | None = None
         #: The status writer: statuses and Events through the report slots and rate.
@@ -132,6 +134,7 @@ class Executor:
             write=lambda lane, coro: self.write(lane, coro, report=True),
             write_closing=lambda lane, coro: self.write(lane, coro, closing=True),
             each=lambda act, items: each(act, items, self._report_concurrency),
+            each_closing=lambda act, items: each(act, items, concurrency),
             now=lambda: self._now(),
             instance=instance,
             poke=poke,

@@ -126,6 +126,7 @@ class StatusWriter:
         write: one report write (slots and rate limit are the caller's).
         write_closing: one ``Scheduled`` write (slots of its own, no rate limit).
         each: acts on a batch of statuses a few at a time.
+        each_closing: the same for a batch of ``Scheduled`` writes (default ``each``).
         now: wall clock for the Events.
         instance: the Events' ``reportingInstance`` (this replica).
         poke: plan again (written statuses may settle decisions).
@@ -143,6 +144,7 @@ class StatusWriter:
         write: Write,
         write_closing: Write | None = None,
         each: Each,
+        each_closing: Each | None = None,
         now: Callable[[], datetime],
         instance: str,
         poke: Callable[[], None],
@@ -155,6 +157,7 @@ class StatusWriter:
         self._write = write
         self._write_closing = write_closing or write
         self._each = each
+        self._each_closing = each_closing or each
         self._now = now
         self._instance = instance
         self._poke = poke
@@ -255,7 +258,7 @@ class StatusWriter:
                     del self._writing[key]
                 self._wrote.set()
 
-        await self._each(one, list(batch.values()))
+        await (self._each_closing if closing else self._each)(one, list(batch.values()))
 
     async def flush(self) -> None:
         """Wait until every queued status is written (tests and shutdown)."""
