@@ -98,6 +98,19 @@ def live_trigger(
     return body
 
 
+def native_pod(name: str, model: str) -> dict[str, Any]:
+    """A pending pod asking one whole ``nvidia.com/gpu`` of ``model`` by the AWS GPU name
+    label: Karpenter provisions for it by itself."""
+    return gpu_pod(
+        name,
+        "1",
+        model=model,
+        source=("resources:nvidia.com/gpu", "nodeSelector:karpenter.k8s.aws/instance-gpu-name"),
+        resources={"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}},
+        node_selector={"karpenter.k8s.aws/instance-gpu-name": model},
+    )
+
+
 def test_two_half_gpu_pods_of_one_model_share_one_whole_gpu_trigger() -> None:
     pods = [gpu_pod("a", "0.5", model="l4"), gpu_pod("b", "0.5", model="l4")]
     result = plan(snapshot(pods), CONFIG)
@@ -174,15 +187,7 @@ def test_different_models_get_separate_triggers_on_the_pool_that_offers_them() -
 
 
 def test_whole_gpu_pod_karpenter_can_provision_gets_no_trigger_and_a_native_status() -> None:
-    pod = gpu_pod(
-        "whole",
-        "1",
-        model="t4",
-        source=("resources:nvidia.com/gpu", "nodeSelector:karpenter.k8s.aws/instance-gpu-name"),
-        resources={"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}},
-        node_selector={"karpenter.k8s.aws/instance-gpu-name": "t4"},
-    )
-    result = plan(snapshot([pod]), CONFIG)
+    result = plan(snapshot([native_pod("whole", "t4")]), CONFIG)
     assert result.creates == ()
     assert [s.status.phase for s in result.statuses] == [NATIVE]
     assert (
@@ -757,14 +762,7 @@ def test_gpus_karpenter_nominated_to_a_native_pod_are_not_free_for_sharing_pods(
     ours = nodeclaim(
         "nc-1", "gpu-standard", gpus=2, model="l4", ready=True, node="n1", marked=["gi-old"]
     )
-    native = gpu_pod(
-        "native",
-        "1",
-        model="l4",
-        source=("resources:nvidia.com/gpu", "nodeSelector:karpenter.k8s.aws/instance-gpu-name"),
-        resources={"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}},
-        node_selector={"karpenter.k8s.aws/instance-gpu-name": "l4"},
-    )
+    native = native_pod("native", "l4")
     quarters = [gpu_pod(f"q{i}", "0.25", model="l4") for i in range(8)]
     snap = snapshot([native, *quarters], claims=[ours])
     uid = snap.pods[0].ref.uid

@@ -51,6 +51,23 @@ def pending(controller: Controller, *names: str) -> None:
         controller.cache.apply(Kind.PENDING_PODS, "ADDED", obj)
 
 
+async def six_open_statuses_at_two_a_second() -> tuple[StuckStatusKube, Controller]:
+    """A controller writing reports at 2 a second, with six open statuses (pods p0 to
+    p5) queued and the first two written."""
+    kube = StuckStatusKube()
+    kube.release.set()
+    config = ControllerConfig(concurrency=8, report_writes_per_second=2)
+    controller = Controller(cast(Kube, kube), config)
+    pending(controller, *(f"p{i}" for i in range(6)))
+    told = ScaleUpStatus("Triggered", "m", "t")
+    controller.executor.reports.queue(
+        [SetStatus(PodRef("ml", f"p{i}"), told, None) for i in range(6)]
+    )
+    for _ in range(50):
+        await asyncio.sleep(0)
+    return kube, controller
+
+
 async def test_trigger_creates_and_marks_never_wait_behind_status_writes() -> None:
     kube = StuckStatusKube()
     controller = Controller(cast(Kube, kube), ControllerConfig(concurrency=4))
@@ -98,16 +115,8 @@ async def test_a_pod_whose_open_status_is_written_gets_scheduled_before_the_batc
     wait seconds for the rate limit. p0 then binds: its Scheduled goes out at once,
     not after the whole batch of open statuses (they once all counted as being written
     until the last of them was)."""
-    kube = StuckStatusKube()
-    kube.release.set()
-    config = ControllerConfig(concurrency=8, report_writes_per_second=2)
-    controller = Controller(cast(Kube, kube), config)
-    pending(controller, *(f"p{i}" for i in range(6)))
-    told = ScaleUpStatus("Triggered", "m", "t")
+    kube, controller = await six_open_statuses_at_two_a_second()
     writer = controller.executor.reports
-    writer.queue([SetStatus(PodRef("ml", f"p{i}"), told, None) for i in range(6)])
-    for _ in range(50):
-        await asyncio.sleep(0)
     assert kube.calls.count("annotate p0") == 1
     assert sum(c.startswith("annotate") for c in kube.calls) == 2  # the rate limit holds
     done = ScaleUpStatus("Scheduled", "scheduled on node n1", None, "c1", "n1")
@@ -368,16 +377,8 @@ async def test_changes_that_waited_behind_creates_are_not_debounced_again() -> N
 async def test_scheduled_statuses_never_wait_behind_the_report_rate_limit() -> None:
     """Six open statuses queued at 2 writes a second would hold a seventh write for 2 s;
     a pod that got its node is told Scheduled at once, through slots of its own."""
-    kube = StuckStatusKube()
-    kube.release.set()
-    config = ControllerConfig(concurrency=8, report_writes_per_second=2)
-    controller = Controller(cast(Kube, kube), config)
-    pending(controller, *(f"p{i}" for i in range(6)))
-    told = ScaleUpStatus("Triggered", "m", "t")
+    kube, controller = await six_open_statuses_at_two_a_second()
     writer = controller.executor.reports
-    writer.queue([SetStatus(PodRef("ml", f"p{i}"), told, None) for i in range(6)])
-    for _ in range(50):
-        await asyncio.sleep(0)
     assert sum(c.startswith("annotate") for c in kube.calls) == 2  # the rate limit holds
     done = ScaleUpStatus("Scheduled", "scheduled on node n1", None, "c1", "n1")
     controller.memory.owe_final(("ml", "bound"), {"metadata": {"name": "bound"}})
