@@ -68,6 +68,16 @@ async def six_open_statuses_at_two_a_second() -> tuple[StuckStatusKube, Controll
     return kube, controller
 
 
+async def tell_scheduled(controller: Controller, name: str) -> None:
+    """Queue pod ``ml/<name>``'s final Scheduled, owed as after a read-back found it
+    bound, and let the writers run."""
+    done = ScaleUpStatus("Scheduled", "scheduled on node n1", None, "c1", "n1")
+    controller.memory.owe_final(("ml", name), {"metadata": {"name": name}})
+    controller.executor.reports.queue([SetStatus(PodRef("ml", name), done, None)])
+    for _ in range(50):
+        await asyncio.sleep(0)
+
+
 async def test_trigger_creates_and_marks_never_wait_behind_status_writes() -> None:
     kube = StuckStatusKube()
     controller = Controller(cast(Kube, kube), ControllerConfig(concurrency=4))
@@ -119,11 +129,7 @@ async def test_a_pod_whose_open_status_is_written_gets_scheduled_before_the_batc
     writer = controller.executor.reports
     assert kube.calls.count("annotate p0") == 1
     assert sum(c.startswith("annotate") for c in kube.calls) == 2  # the rate limit holds
-    done = ScaleUpStatus("Scheduled", "scheduled on node n1", None, "c1", "n1")
-    controller.memory.owe_final(("ml", "p0"), {"metadata": {"name": "p0"}})
-    writer.queue([SetStatus(PodRef("ml", "p0"), done, None)])
-    for _ in range(50):
-        await asyncio.sleep(0)
+    await tell_scheduled(controller, "p0")
     assert kube.calls.count("annotate p0") == 2
     assert sum(c.startswith("annotate") for c in kube.calls) == 3  # the others still wait
     for task in (writer.task, writer.closing_task):
@@ -146,18 +152,19 @@ class ReadKube:
         return {"metadata": meta, "spec": {"nodeName": "n1"}}
 
 
+def leave(controller: Controller, name: str) -> None:
+    """Pod ``ml/<name>``, told Triggered, leaves the pending set, as the informer sees a
+    binding (a DELETED from the ``spec.nodeName=`` watch)."""
+    told = {"gpu-intent.io/scale-up": '{"phase":"Triggered"}'}
+    obj = {"metadata": {"namespace": "ml", "name": name, "annotations": told}}
+    controller.cache.apply(Kind.PENDING_PODS, "ADDED", obj)
+    controller.cache.apply(Kind.PENDING_PODS, "DELETED", obj)
+
+
 async def test_failed_read_backs_wait_for_the_next_pass_and_settled_ones_poke_it() -> None:
     kube = ReadKube()
     controller = Controller(cast(Kube, kube), ControllerConfig())
-    gone = {
-        "metadata": {
-            "namespace": "ml",
-            "name": "a",
-            "annotations": {"gpu-intent.io/scale-up": '{"phase":"Triggered"}'},
-        }
-    }
-    controller.cache.apply(Kind.PENDING_PODS, "ADDED", gone)
-    controller.cache.apply(Kind.PENDING_PODS, "DELETED", gone)
+    leave(controller, "a")
     assert controller.memory.left() == [("ml", "a")]
     await controller.read_left()
     assert kube.reads == 1 and not controller._poked.is_set()  # no pass per failed round
@@ -199,15 +206,7 @@ async def test_a_pod_found_bound_is_told_scheduled_without_waiting_for_a_pass() 
     controller._leading = True
     claim = nodeclaim("c1", "gpu-standard", model="l4", ready=True, node="n1")
     controller.cache.apply(Kind.NODECLAIMS, "ADDED", claim)
-    gone = {
-        "metadata": {
-            "namespace": "ml",
-            "name": "a",
-            "annotations": {"gpu-intent.io/scale-up": '{"phase":"Triggered"}'},
-        }
-    }
-    controller.cache.apply(Kind.PENDING_PODS, "ADDED", gone)
-    controller.cache.apply(Kind.PENDING_PODS, "DELETED", gone)
+    leave(controller, "a")
     owed = controller.memory.left()
     await controller.read_left()
     await controller.flush_statuses()
@@ -230,26 +229,15 @@ async def test_pods_that_leave_during_a_read_back_are_read_in_the_same_call() ->
     controller = Controller(cast(Kube, kube), ControllerConfig())
     controller._leading = True
 
-    def left(name: str) -> None:
-        obj = {
-            "metadata": {
-                "namespace": "ml",
-                "name": name,
-                "annotations": {"gpu-intent.io/scale-up": '{"phase":"Triggered"}'},
-            }
-        }
-        controller.cache.apply(Kind.PENDING_PODS, "ADDED", obj)
-        controller.cache.apply(Kind.PENDING_PODS, "DELETED", obj)
-
     read = kube.get_pod
 
     async def get_pod(namespace: str, name: str) -> dict[str, Any] | None:
         if name == "a":
-            left("b")
+            leave(controller, "b")
         return await read(namespace, name)
 
     kube.get_pod = get_pod  # type: ignore[method-assign]
-    left("a")
+    leave(controller, "a")
     await controller.read_left()
     await controller.flush_statuses()
     assert kube.reads == 2 and controller.memory.left() == []
@@ -380,11 +368,7 @@ async def test_scheduled_statuses_never_wait_behind_the_report_rate_limit() -> N
     kube, controller = await six_open_statuses_at_two_a_second()
     writer = controller.executor.reports
     assert sum(c.startswith("annotate") for c in kube.calls) == 2  # the rate limit holds
-    done = ScaleUpStatus("Scheduled", "scheduled on node n1", None, "c1", "n1")
-    controller.memory.owe_final(("ml", "bound"), {"metadata": {"name": "bound"}})
-    writer.queue([SetStatus(PodRef("ml", "bound"), done, None)])
-    for _ in range(50):
-        await asyncio.sleep(0)
+    await tell_scheduled(controller, "bound")
     assert "annotate bound" in kube.calls
     assert sum(c.startswith("annotate") for c in kube.calls) == 3  # the others still wait
     assert writer.task is not None
