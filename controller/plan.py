@@ -72,7 +72,14 @@ from controller.decisions import (
     SetStatus,
     Snapshot,
 )
-from controller.failures import Failure, effective_retry, next_retry, retry_due, trigger_failure
+from controller.failures import (
+    Failure,
+    effective_retry,
+    next_retry,
+    retry_due,
+    trigger_failure,
+)
+from controller.failures import stamp as rfc3339
 from controller.messages import failure_text
 from controller.model import (
     GroupKey,
@@ -192,7 +199,7 @@ class _Pass:
 def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
     """Decide one pass of trigger work. Pure: no I/O, no clock but ``snapshot.now``."""
     work = _Pass(
-        stamp=snapshot.now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        stamp=rfc3339(snapshot.now),
         live=[t for t in snapshot.triggers if not t.deleting],
     )
     free = _classify(snapshot, config, work)
@@ -305,7 +312,7 @@ def scheduled_statuses(
     no NodeClaim is known (such a pod gets no status yet). Pure; `plan` reports these,
     and the controller as soon as a read-back finds pods bound
     (`controller.reconciler.Controller.read_left`), without waiting for a pass."""
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = rfc3339(now)
     claim_of_node = {c.node_name: c.name for c in nodeclaims.values() if c.node_name}
     out: list[SetStatus] = []
     for done in scheduled:

@@ -404,8 +404,8 @@ class Controller:
     def _changed(self) -> None:
         """An informer saw a change: plan again (`_poke`), and while leading start
         reading back the pods that just left the pending set (`read_left`) at once
-        instead of after the next pass: their final ``Scheduled`` status waits on that
-        read, then on the pass after it."""
+        instead of after the next pass: their final ``Scheduled`` status is queued as
+        soon as that read finds them bound."""
         self._poke()
         if self._leading:
             self._start_reading()
