@@ -93,11 +93,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import random
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from copy import deepcopy
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Final, TypeVar
@@ -109,6 +111,7 @@ from sim.filters import (
     NodeInfo,
     PodInfo,
     Status,
+    filter_node,
     fit_error,
     quantities,
     signature,
@@ -139,6 +142,8 @@ __all__ = [
     "REAL_BACKOFF_SECONDS",
     "SimScheduler",
     "node_order",
+    "node_properties",
+    "scheduling_properties",
 ]
 
 log = logging.getLogger(__name__)
@@ -170,6 +175,9 @@ MAX_IN_UNSCHEDULABLE_SECONDS: Final = 300.0
 #: Longest stretch a scheduler pass runs before it yields to the event loop, seconds.
 _SLICE_SECONDS: Final = 0.002
 _GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
+#: Node changes `SimScheduler` keeps for the queueing hints (`_woken_by_nodes`); a pod
+#: parked before the oldest is retried.
+_NODE_CHANGES_KEPT: Final = 4096
 
 
 _V = TypeVar("_V")
@@ -181,6 +189,44 @@ def _pruned(table: dict[str, _V], pods: Mapping[str, Obj]) -> dict[str, _V]:
     if len(table) <= 2 * len(pods) + 1024:
         return table
     return {uid: v for uid, v in table.items() if uid in pods}
+
+
+def scheduling_properties(pod: Mapping[str, Any]) -> str:
+    """What of ``pod`` a write must change to retry it from unschedulablePods, as JSON:
+    its labels, tolerations, scheduling gates, containers' resources and resource claims
+    (with their statuses). Source: kube-scheduler v1.32 ``framework.
+    PodSchedulingPropertiesChange`` (``pkg/scheduler/framework/events.go``): any other
+    update is ``updatePodOther``, which no default plugin's queueing hint takes."""
+    spec = pod.get("spec") or {}
+    return json.dumps(
+        [
+            (pod.get("metadata") or {}).get("labels"),
+            spec.get("tolerations"),
+            spec.get("schedulingGates"),
+            [c.get("resources") for c in spec.get("initContainers") or ()],
+            [c.get("resources") for c in spec.get("containers") or ()],
+            spec.get("resourceClaims"),
+            (pod.get("status") or {}).get("resourceClaimStatuses"),
+        ],
+        sort_keys=True,
+    )
+
+
+def node_properties(node: Mapping[str, Any]) -> str:
+    """What of ``node`` a change of may make an unschedulable pod fit, as JSON: labels,
+    taints, ``spec.unschedulable`` and allocatable (the node update events the default
+    plugins register with queueing hints on, their ``EventsToRegister``: UpdateNodeLabel,
+    UpdateNodeTaint, UpdateNodeAllocatable)."""
+    spec = node.get("spec") or {}
+    return json.dumps(
+        [
+            (node.get("metadata") or {}).get("labels"),
+            spec.get("taints"),
+            spec.get("unschedulable"),
+            (node.get("status") or {}).get("allocatable"),
+        ],
+        sort_keys=True,
+    )
 
 
 def _condition(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -281,9 +327,19 @@ class SimScheduler:
         ] = {}
         self._warned: set[tuple[str, str]] = set()
         self._rng = random.Random()
-        #: kube-scheduler's unschedulablePods: uid -> (the pod's resourceVersion and the
-        #: `_cluster_token` when it was found unschedulable, monotonic seconds then)
+        #: kube-scheduler's unschedulablePods: uid -> (the pod's `scheduling_properties`
+        #: and the `_cluster_token` when it was found unschedulable, monotonic seconds then)
         self._parked: dict[str, tuple[str, tuple[int, ...], float]] = {}
+        #: The store's node write last read, and each node's (`node_properties`, object)
+        #: then (`_node_changes`).
+        self._node_seen: tuple[int, dict[str, tuple[str, Obj]]] = (-1, {})
+        #: The nodes' changes of scheduling properties, oldest first: (number, the node
+        #: before (None: added), after (None: removed)); `_node_changes`' count is the last
+        #: number. Kept to `_NODE_CHANGES_KEPT`.
+        self._node_log: list[tuple[int, Obj | None, Obj | None]] = []
+        self._node_count = 0
+        #: (pod `signature`, node change number, after it) -> `_fits_empty`
+        self._hints: dict[tuple[str, int, bool], bool] = {}
         #: uid -> (resourceVersion, `kai.group_role` of the pod at it)
         self._roles: dict[str, tuple[str, tuple[bool, tuple[str, ...]]]] = {}
         #: (`PodView.departures`, reservation pods created) at the last `_sync_reservations`
@@ -382,27 +438,114 @@ class SimScheduler:
         return sum(sum(self._pass(name)) for name in (self._names if names is None else names))
 
     def _cluster_token(self) -> tuple[int, ...]:
-        """What changes when a pod found unschedulable may fit now: a write to a node,
-        a ResourceClaim or a ResourceSlice, or a bound pod deleted or finished
-        (`PodView.released`). A bind is not in it: it only takes capacity."""
+        """What changes when a pod found unschedulable may fit now: a node added, or its
+        labels, taints, allocatable or ``spec.unschedulable`` changed (`node_properties`),
+        a write to a ResourceClaim or a ResourceSlice, or a bound pod deleted or finished
+        (`PodView.released`). A bind is not in it: it only takes capacity. A node's
+        annotations, conditions or heartbeats are not either: with SchedulerQueueingHints
+        (on by default since v1.32, ``pkg/features/versioned_kube_features.go``) the node
+        events NodeResourcesFit, NodeAffinity, TaintToleration and NodeUnschedulable
+        register are Add, UpdateNodeAllocatable, UpdateNodeLabel and UpdateNodeTaint
+        (their ``EventsToRegister``)."""
         return (
-            self._store.last_write(NODES),
+            self._node_changes(),
             self._store.last_write(RESOURCECLAIMS),
             self._store.last_write(RESOURCESLICES),
             self._view.released,
         )
 
+    def _node_changes(self) -> int:
+        """How many times a node was added, removed or changed its `node_properties`;
+        each change is logged for `_woken_by_nodes`. Reads the nodes only after a node
+        write."""
+        last = self._store.last_write(NODES)
+        seen, props = self._node_seen
+        if last != seen:
+            nodes, _ = self._store.list(NODES, copy_objects=False)
+            now: dict[str, tuple[str, Obj]] = {}
+            for n in nodes:
+                name, current = n["metadata"]["name"], node_properties(n)
+                before = props.get(name)
+                # a copy of each version logged: the store may change its objects in place
+                now[name] = before if before and before[0] == current else (current, deepcopy(n))
+            for name in props.keys() | now.keys():
+                before, after = props.get(name), now.get(name)
+                if before is None or after is None or before[0] != after[0]:
+                    self._node_count += 1
+                    self._node_log.append(
+                        (
+                            self._node_count,
+                            None if before is None else before[1],
+                            None if after is None else after[1],
+                        )
+                    )
+            del self._node_log[:-_NODE_CHANGES_KEPT]
+            self._node_seen = (last, now)
+        return self._node_count
+
+    def _woken_by_nodes(self, pod: Obj, since: int) -> bool:
+        """Whether a node change after change number ``since`` may make ``pod`` fit, as
+        the queueing hints of the default filter plugins judge one (kube-scheduler
+        v1.32, on by default): the pod passes every filter on the changed node with no
+        pod bound (NodeResourcesFit ``isSchedulableAfterNodeChange`` compares the
+        requests with allocatable only) and did not on it before the change (a node
+        added, or its labels, taints or allocatable changed so that the pod now
+        matches). True too when the log no longer reaches back to ``since``."""
+        log_ = self._node_log
+        if log_ and log_[0][0] > since + 1:
+            return True
+        info = self._info(pod)
+        if info is None:
+            return False
+        for number, before, after in reversed(log_):
+            if number <= since:
+                break
+            if (
+                after is not None
+                and self._fits_empty(info, number, after, after=True)
+                and (before is None or not self._fits_empty(info, number, before, after=False))
+            ):
+                return True
+        return False
+
+    def _fits_empty(self, info: PodInfo, number: int, node: Obj, *, after: bool) -> bool:
+        """Whether ``info`` passes every filter on ``node`` (the node ``after`` or before
+        change ``number``) with no pod bound there; cached per pod `signature`."""
+        key = (signature(info), number, after)
+        cached = self._hints.get(key)
+        if cached is None:
+            if len(self._hints) > 4 * _NODE_CHANGES_KEPT:
+                self._hints.clear()
+            empty = NodeInfo(
+                node,
+                node["metadata"]["name"],
+                quantities((node.get("status") or {}).get("allocatable")),
+                gpushare.node_devices(node, deviceplugins.node_plugin(node)),
+                node_taints(node),
+                plugin=deviceplugins.node_plugin(node),
+            )
+            empty.refresh_gpus()
+            cached = self._hints[key] = filter_node(info, empty) is None
+        return cached
+
     def _is_parked(self, pod: Obj, token: tuple[int, ...], now: float) -> bool:
-        """Whether ``pod`` waits in unschedulablePods: found unschedulable at its current
-        resourceVersion, nothing in `_cluster_token` changed since, and for less than
-        `MAX_IN_UNSCHEDULABLE_SECONDS`."""
-        parked = self._parked.get(pod["metadata"]["uid"])
-        return (
-            parked is not None
-            and parked[0] == pod["metadata"].get("resourceVersion", "")
-            and parked[1] == token
-            and now - parked[2] < MAX_IN_UNSCHEDULABLE_SECONDS
-        )
+        """Whether ``pod`` waits in unschedulablePods: found unschedulable with its current
+        `scheduling_properties`, nothing in `_cluster_token` changed since, and for less
+        than `MAX_IN_UNSCHEDULABLE_SECONDS`."""
+        uid = pod["metadata"]["uid"]
+        parked = self._parked.get(uid)
+        if (
+            parked is None
+            or parked[0] != scheduling_properties(pod)
+            or parked[1][1:] != token[1:]
+            or now - parked[2] >= MAX_IN_UNSCHEDULABLE_SECONDS
+        ):
+            return False
+        if parked[1][0] != token[0]:
+            if self._woken_by_nodes(pod, parked[1][0]):
+                return False
+            self._parked[uid] = (parked[0], token, parked[2])
+        return True
 
     def _pass(self, name: str) -> Iterator[bool]:
         """One pass of the scheduler ``name``: take the view, yield, then try each of its
@@ -414,11 +557,11 @@ class SimScheduler:
         it fit (a node added or changed, an assigned pod deleted: the queueing hints
         of NodeResourcesFit, NodeAffinity, TaintToleration and DynamicResources), or
         `MAX_IN_UNSCHEDULABLE_SECONDS` pass (``podMaxInUnschedulablePodsDuration``).
-        Binding another pod only takes capacity, so it moves none of them. The sim
-        retries a pod on any write to it; kube-scheduler's ``isPodUpdated`` ignores one
-        that changes only its status (other than ``resourceClaimStatuses``), so the sim
-        is the kinder one there: the product writes annotations on pending pods, which
-        both count, and expects no retry from them."""
+        Binding another pod only takes capacity, so it moves none of them. A write to
+        the pod itself retries it only if it changes its `scheduling_properties`: an
+        annotation or status write does not, as kube-scheduler v1.32's
+        ``PriorityQueue.Update`` asks the queueing hints, which no default plugin
+        registers for such an update."""
         view = self._view
         view.refresh()
         token = self._cluster_token()
@@ -806,7 +949,7 @@ class SimScheduler:
         self._attempts[uid] = (attempts + 1, now)
         version = self._mark(pod, "Unschedulable", message)
         if version is not None:
-            self._parked[uid] = (version, token, now)
+            self._parked[uid] = (scheduling_properties(pod), token, now)
 
     def backoff(self, uid: str, now: float) -> float:
         """Seconds the pod ``uid`` still waits in backoffQ at monotonic ``now``, after its

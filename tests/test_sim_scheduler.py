@@ -344,7 +344,8 @@ def test_a_changed_reason_is_written_once_and_repeats_are_not(store: Store) -> N
     rv = store.resource_version
     scheduler.schedule_once()
     assert store.resource_version == rv
-    add_node(store, "n2", cpu="1")
+    add_node(store, "n2", cpu="4")  # the pod would fit it empty: a queueing hint retries it
+    add_pod(store, "busy", requests={"cpu": "3"}, nodeName="n2")
     scheduler.schedule_once()
     second = scheduled(store, "p")
     assert second["message"].startswith("0/2 nodes are available: 2 Insufficient cpu.")
@@ -414,23 +415,40 @@ def test_a_pass_filters_again_only_the_node_a_bind_changed(
     assert (calls["a"], calls["b"], calls["c"]) == (4, 1, 1)
 
 
-def test_a_node_change_and_the_longest_wait_retry_a_parked_pod(
+def test_only_a_node_change_it_may_fit_and_the_longest_wait_retry_a_parked_pod(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = _count_filters(monkeypatch)
     add_node(store, "n1", cpu="1")
+    add_node(store, "small", cpu="1")
     add_pod(store, "p", requests={"cpu": "2"})
     scheduler = SimScheduler(store)
     scheduler.schedule_once()
     scheduler.schedule_once()
-    assert calls["p"] == 1
+    assert calls["p"] == 2  # one attempt, filtered against both nodes
+    # kube-scheduler v1.32's queueing hints: a node change or a new node it would not fit
+    # even empty, or an annotation written on the pod, leaves it in unschedulablePods
     store.mutate(NODES, None, "n1", lambda o: o["metadata"]["labels"].update(zone="a"))
+    add_node(store, "tiny", cpu="1")
+    store.mutate(PODS, "default", "p", lambda o: o["metadata"].update(annotations={"a": "b"}))
     scheduler.schedule_once()
     assert calls["p"] == 2
+    # its allocatable grows so that it fits: tried again, and binds
+    store.mutate(
+        NODES, None, "n1", lambda o: o["status"]["allocatable"].update(cpu="2"),
+        subresource="status",
+    )  # fmt: skip
+    scheduler.schedule_once()
+    assert get(store, "p")["spec"]["nodeName"] == "n1"
+    # the longest wait in unschedulablePods retries a pod with no event
+    add_pod(store, "q", requests={"cpu": "8"})
+    scheduler.schedule_once()
+    scheduler.schedule_once()
+    assert calls["q"] == 3
     monkeypatch.setattr(sim_scheduler, "MAX_IN_UNSCHEDULABLE_SECONDS", 0.0)
     scheduler.schedule_once()
     scheduler.schedule_once()
-    assert calls["p"] == 4
+    assert calls["q"] == 9
 
 
 # -- the loop --------------------------------------------------------------------------
