@@ -104,14 +104,13 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Final, TypeVar
 
-from sim import deviceplugins, dra, gpushare, kai, volcano
+from sim import deviceplugins, dra, filters, gpushare, kai, volcano
 from sim.events import EventRecorder
 from sim.filters import (
     KAI_ON_HAMI,
     NodeInfo,
     PodInfo,
     Status,
-    filter_node,
     fit_error,
     quantities,
     signature,
@@ -525,7 +524,7 @@ class SimScheduler:
                 plugin=deviceplugins.node_plugin(node),
             )
             empty.refresh_gpus()
-            cached = self._hints[key] = filter_node(info, empty) is None
+            cached = self._hints[key] = filters.filter_node(info, empty) is None
         return cached
 
     def _is_parked(self, pod: Obj, token: tuple[int, ...], now: float) -> bool:
