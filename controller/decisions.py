@@ -56,6 +56,9 @@ class PlanConfig:
             timeout; Karpenter has none for initialization).
         cooldown_seconds: after a trigger no pod needed is removed, its group gets no new
             trigger for this long (stops flapping when pods come and go).
+        contest_seconds: how long a new trigger may wait for the capacity on its way
+            for KAI's pods that could take its node first (`controller.contests`),
+            counted from when its oldest pod became Unschedulable.
         placement: where each GPU-sharing layer's pods can run
             (`controller.placement.Placements`, the layers' own defaults): a pod's trigger
             asks for such a node, and only NodePools that make one serve it.
@@ -73,6 +76,7 @@ class PlanConfig:
     retry_attempts: int = 3
     init_timeout_seconds: float = 1200.0
     cooldown_seconds: float = 10.0
+    contest_seconds: float = 120.0
     placement: Placements = field(default_factory=Placements)
 
 

@@ -7,8 +7,10 @@ pending pod (about 180 ms at 10,000 pods). But its decisions about the pods and 
 of one `controller.plan.partition` (a GPU model on one NodePool) depend on those items
 and on inputs every partition shares (NodePools, NodeClaims, nominations, NodeReady
 covers, the configuration and ``now``), not on the items of another partition, with
-three exceptions checked here: the trigger budget (``max_triggers``), a NodeClaim that
-triggers of two partitions point to, and a group that spans two partitions. So a pass:
+four exceptions checked here: the trigger budget (``max_triggers``), a NodeClaim that
+triggers of two partitions point to, a group that spans two partitions, and capacity on
+its way for KAI's pods, which holds back other partitions' new triggers
+(`controller.contests`). So a pass:
 
 1. reads the cache's change journal (`InformerCache.changes`) and re-parses only the pods
    and triggers that changed, moving them between partitions;
@@ -17,9 +19,10 @@ triggers of two partitions point to, and a group that spans two partitions. So a
    carries the old time stamp) and no pod of it is `controller.plan.time_sensitive`;
    else plans the partition alone, with the whole budget left;
 3. merges the results, unless they may have competed for the budget (some partition
-   used all of it, or together they used more), or two partitions share a NodeClaim or a
-   group (`Plan.demand`): then it plans the whole snapshot at once, as the plain loop
-   would. With no budget left, partitions cannot compete: none creates anything.
+   used all of it, or together they used more), two partitions share a NodeClaim or a
+   group (`Plan.demand`), or KAI's pods have capacity on its way: then it plans the whole
+   snapshot at once, as the plain loop would. With no budget left, partitions cannot
+   compete: none creates anything.
 
 The result is `plan` of the whole snapshot, action for action (the order of actions of
 different partitions may differ; `tests/test_controller_incremental.py` checks this
@@ -38,6 +41,7 @@ from itertools import chain
 
 from controller.cache import InformerCache, Key, Kind, parse_served_pod, pool_label_keys
 from controller.capacity import fresh_claims, nodes_to_label
+from controller.contests import SHARED_LAYERS, contesting, is_session
 from controller.decisions import LabelNode, Plan, PlanConfig, Snapshot
 from controller.failures import init_overdue
 from controller.memory import Memory
@@ -51,7 +55,7 @@ from controller.model import (
     parse_trigger,
 )
 from controller.nodes import NodeClaimInfo, NodeInfo, NodePoolInfo, Nomination, Refusal
-from controller.plan import native_reserved, partition, plan, time_sensitive
+from controller.plan import is_native, native_reserved, partition, plan, time_sensitive
 from controller.pools import PoolKey, pool_key, unplaced_layer
 from controller.snapshot import used
 
@@ -77,6 +81,9 @@ class _Partition:
     #: Moves whenever a pod or trigger joins, leaves or changes.
     version: int = 0
     memo: _Memo | None = None
+    #: (``version``, whether a pod of it may be held back by KAI's capacity on its way,
+    #: `IncrementalPlanner._contestable`)
+    contestable: tuple[int, bool] = (-1, False)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -214,6 +221,21 @@ class IncrementalPlanner:
         capacity = capacity or init_overdue(
             self._claims.values(), now, self._config.init_timeout_seconds
         )
+        # Capacity on its way for KAI's pods holds back other layers' groups of any
+        # partition, until a time that passes with ``now`` alone, and so do KAI's
+        # triggers created this pass (`controller.contests`).
+        capacity = capacity or (
+            any(self._contestable(p) for p in self._parts.values())
+            and bool(
+                contesting(
+                    chain.from_iterable(p.triggers.values() for p in self._parts.values()),
+                    self._claims,
+                    config.placement,
+                )
+            )
+        )
+        kinds = {is_session(c.group, config.placement) for r in results for c in r.creates}
+        capacity = capacity or len(kinds) == 2
         if self._coupled or split or competed or capacity:
             whole = self.snapshot(now, scheduled)
             return Pass(
@@ -232,6 +254,25 @@ class IncrementalPlanner:
         )
         merged = _merge(results, tuple(LabelNode(node, value) for node, value in labels))
         return Pass(merged, dict(self._phases), replanned, False, +self._unplaced)
+
+    def _contestable(self, part: _Partition) -> bool:
+        """Whether a pod of ``part`` names a model and is of a layer that shares KAI's
+        nodes, or of none (`controller.contests.SHARED_LAYERS`): one KAI's capacity on
+        its way may hold back; cached per partition version."""
+        if part.contestable[0] != part.version:
+            placements = self._config.placement
+            shared = {(), *(placements.of(layer) for layer in SHARED_LAYERS)}
+            part.contestable = (
+                part.version,
+                any(
+                    isinstance(p, PendingPod)
+                    and p.intent.model is not None
+                    and not is_native(p)
+                    and placements.for_intent(p.intent) in shared
+                    for p in part.pods.values()
+                ),
+            )
+        return part.contestable[1]
 
     def _memos(self) -> Iterable[_Memo]:
         return (p.memo for p in self._parts.values() if p.memo is not None)

@@ -23,6 +23,7 @@ from controller.reasons import (
     ClaimNotReady,
     ClaimReady,
     Constraint,
+    Contested,
     Cooldown,
     DefaultPoolMissing,
     DeleteReason,
@@ -282,6 +283,15 @@ def hold_text(why: Hold) -> str:
             )
         case RateLimited():
             return "trigger creation rate limit reached; waiting"
+        case Contested(claims=claims, until=until):
+            named = ", ".join(claims[:3]) + (
+                f" and {len(claims) - 3} more" if len(claims) > 3 else ""
+            )
+            return (
+                f"capacity on its way for KAI pods ({named}) could take this pod's node "
+                "first (KAI binds every session, on the fitting node with the fewest idle "
+                f"GPUs); buying once it is Ready, at the latest at {until:%H:%M:%S}"
+            )
         case _:
             assert_never(why)
 
@@ -354,5 +364,5 @@ _POOL: Final = (
     NoNodeRuns,
 )
 _CONSTRAINT: Final = (SelectorNotAdmitted, SelectorLabelUnknown, AffinityUnmet)
-_HOLD: Final = (Cooldown, TooManyGpus, TriggerLimit, PoolTriggerLimit, RateLimited)
+_HOLD: Final = (Cooldown, TooManyGpus, TriggerLimit, PoolTriggerLimit, RateLimited, Contested)
 _FAILURE: Final = (PoolAtLimits, ClaimDeleted, ClaimNotReady)

@@ -31,7 +31,9 @@ Given the pending GPU pods, the live trigger pods, NodeClaims, NodePools and Kar
 7. failed triggers (`controller.failures.trigger_failure`) are removed and their pods
    wait a backoff, or are told ``Failed`` after the last attempt; a group whose trigger
    was removed unneeded cools down; and demand above a cap (GPUs per trigger, triggers
-   in all and per NodePool, the creation rate) waits, told ``Waiting`` and why.
+   in all and per NodePool, the creation rate) waits, told ``Waiting`` and why, as does
+   a group whose nodes KAI's pods would take first while capacity bought for them is on
+   its way (`controller.contests`).
 
 The executor (`controller.reconciler`) applies the plan through the API adapter: money
 first (creates, deletes), statuses after.
@@ -59,6 +61,7 @@ from decimal import Decimal
 
 from controller import statuses
 from controller.capacity import held_covers, nodes_to_label, place_on_free
+from controller.contests import Contest, contested, contesting, is_session, of_create
 from controller.decisions import (
     CreateTrigger,
     DeleteNodeClaim,
@@ -167,6 +170,9 @@ class _Pass:
     budget: int = 0
     pool_live: defaultdict[str, int] = field(default_factory=lambda: defaultdict(int))
     tokens: int | None = None
+    #: Capacity on its way for KAI's pods, which they would take before other layers'
+    #: pods (`controller.contests`): live triggers not Ready, and those created this pass.
+    contests: list[Contest] = field(default_factory=list)
 
     def tell(self, pod: PendingPod | InvalidPod, why: StatusReason) -> None:
         """Tell ``pod`` the status ``why`` makes (`controller.statuses.told`, and record
@@ -373,10 +379,11 @@ def _failures(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> None:
 
 
 def _allocate(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> None:
-    """Allocate (module doc, 2, 3 and 7): group by group (in `GroupKey.sort_key` order),
-    the group's demand is bought (`_fill`: bins into the spare GPUs of its live triggers,
-    most progressed first, else new triggers within the caps), then each of its live
-    triggers settled (`_settle`: failed, unneeded, or its pods told its progress)."""
+    """Allocate (module doc, 2, 3 and 7): group by group (KAI's first, then in
+    `GroupKey.sort_key` order), the group's demand is bought (`_fill`: bins into the
+    spare GPUs of its live triggers, most progressed first, else new triggers within the
+    caps), then each of its live triggers settled (`_settle`: failed, unneeded, or its
+    pods told its progress). What KAI's groups buy joins ``work.contests``."""
     work.budget = config.max_triggers - len(work.live) - snapshot.live_elsewhere
     work.pool_live = defaultdict(int, snapshot.live_elsewhere_by_pool)
     by_group: dict[GroupKey, list[TriggerInfo]] = defaultdict(list)
@@ -384,12 +391,20 @@ def _allocate(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> None:
         work.pool_live[trigger.pool] += 1
         by_group[trigger.group].append(trigger)
     work.tokens = snapshot.create_tokens
-    for key in sorted(set(work.groups) | set(by_group), key=GroupKey.sort_key):
+    work.contests = list(contesting(work.live, snapshot.nodeclaims, config.placement))
+    # KAI's groups first: what they buy this pass may hold back other layers' groups.
+    for key in sorted(
+        set(work.groups) | set(by_group),
+        key=lambda k: (not is_session(k, config.placement), k.sort_key()),
+    ):
         supply = sorted(
             by_group.get(key, []),
             key=lambda t: (-_progress(work.claim_of[t.ref]), t.created or datetime.min, t.ref),
         )
+        created = len(work.creates)
         served = _fill(snapshot, config, work, key, supply)
+        if is_session(key, config.placement):
+            work.contests.extend(of_create(c) for c in work.creates[created:])
         for trigger in supply:
             _settle(snapshot, config, work, trigger, served.get(trigger.ref, []))
 
@@ -418,7 +433,7 @@ def _fill(
         if holder is not None:
             served[holder.ref].append(bin_)
             continue
-        hold = _held_back(snapshot, config, work, key, bin_.size)
+        hold = _held_back(snapshot, config, work, key, bin_)
         if hold is not None:
             for pod in bin_.pods:
                 work.tell(pod, HeldBack(hold))
@@ -483,16 +498,30 @@ def _stay(
 
 
 def _held_back(
-    snapshot: Snapshot, config: PlanConfig, work: _Pass, key: GroupKey, gpus: int
+    snapshot: Snapshot, config: PlanConfig, work: _Pass, key: GroupKey, bin_: Bin
 ) -> Hold | None:
-    """Why a new trigger for ``gpus`` GPUs of group ``key`` waits, None when it may be
+    """Why a new trigger for ``bin_`` of group ``key`` waits, None when it may be
     created: the group's cooldown after a trigger was removed unneeded, the GPUs-per-
-    trigger cap, the trigger limits (in all, then per NodePool), the creation rate."""
+    trigger cap, capacity on its way for KAI's pods that could take its node first
+    (`controller.contests.contested`), the trigger limits (in all, then per NodePool),
+    the creation rate."""
     removed = snapshot.removals.get(key)
     if removed is not None and snapshot.now - removed < timedelta(seconds=config.cooldown_seconds):
         return Cooldown(removed, config.cooldown_seconds)
+    gpus = bin_.size
     if gpus > config.max_gpus_per_trigger:
         return TooManyGpus(gpus, config.max_gpus_per_trigger)
+    contest = contested(
+        key,
+        bin_.pods,
+        work.contests,
+        snapshot.nodepools,
+        config.placement,
+        snapshot.now,
+        config.contest_seconds,
+    )
+    if contest is not None:
+        return contest
     if work.budget <= 0:
         return TriggerLimit(config.max_triggers)
     cap = config.max_triggers_per_pool

@@ -181,8 +181,18 @@ class RateLimited:
     creates this pass."""
 
 
+@dataclass(frozen=True, slots=True)
+class Contested:
+    """Capacity on its way for KAI's pods could take the group's nodes first
+    (`controller.contests`): ``claims`` names its NodeClaims (a trigger, as
+    ``namespace/name``, while none is known); the wait lasts at most until ``until``."""
+
+    claims: tuple[str, ...]
+    until: datetime
+
+
 #: Why a new trigger waits: its pods are told ``Waiting``.
-Hold = Cooldown | TooManyGpus | TriggerLimit | PoolTriggerLimit | RateLimited
+Hold = Cooldown | TooManyGpus | TriggerLimit | PoolTriggerLimit | RateLimited | Contested
 
 # --- why a trigger failed ------------------------------------------------------------
 

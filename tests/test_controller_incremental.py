@@ -65,6 +65,9 @@ class Clock:
         return self.t
 
 
+TENSOR_FUSION = ("tensor-fusion:tensor-fusion.ai/gpu-model",)
+
+
 class World:
     """A cache, mutated at random the ways the API and the controller change it."""
 
@@ -134,6 +137,8 @@ class World:
             rng.choice(["0.25", "0.5", "1", "2"]),
             model=rng.choice(MODELS),
             pool=rng.choice(POOL_NAMES),
+            # some of another layer than KAI's: KAI's capacity on its way may hold them
+            source=rng.choice([("kai:gpu-fraction",)] * 3 + [TENSOR_FUSION]),
             namespace=rng.choice(["ml", "ml", "ml", "other"]),
             created=stamp(self.now - timedelta(seconds=rng.randrange(0, 30))),
             node_selector=rng.choice([{}, {}, {"example.com/nowhere": "x"}]),

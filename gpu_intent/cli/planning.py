@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from gpu_intent.cli.common import non_negative_int, positive, positive_int
+from gpu_intent.cli.common import non_negative, non_negative_int, positive, positive_int
 
 if TYPE_CHECKING:
     from controller.plan import PlanConfig
@@ -30,7 +30,7 @@ def add_planning_flags(
     (overrides of the provider's), ``--binding-triggers``,
     ``--trigger-image``, ``--trigger-priority-class``, ``--trigger-deadline-seconds``,
     ``--placement`` (repeatable, applied after the layers' defaults), ``--cover-seconds``,
-    ``--cover-max-seconds`` (seconds) and ``--max-triggers``.
+    ``--cover-max-seconds``, ``--contest-seconds`` (seconds) and ``--max-triggers``.
     `plan_config` turns the parsed values into a ``PlanConfig``."""
     from controller.plan import PlanConfig
     from controller.triggers import TriggerSettings
@@ -147,6 +147,15 @@ def _add_cover_flags(parser: argparse.ArgumentParser, plan: PlanConfig) -> None:
         "gpu-intent scaled up for (a burst binds one pod after another)",
     )
     parser.add_argument(
+        "--contest-seconds",
+        type=non_negative,
+        default=plan.contest_seconds,
+        metavar="SECONDS",
+        help="how long a new trigger may wait, from when its oldest pod became "
+        "Unschedulable, for the capacity on its way for KAI pods that could take its node "
+        f"first (0: never waits; default {plan.contest_seconds:g})",
+    )
+    parser.add_argument(
         "--max-triggers",
         type=non_negative_int,
         default=plan.max_triggers,
@@ -176,6 +185,7 @@ def plan_config(args: argparse.Namespace) -> PlanConfig:
         default_nodepool=args.default_nodepool,
         cover_seconds=args.cover_seconds,
         cover_max_seconds=args.cover_max_seconds,
+        contest_seconds=args.contest_seconds,
         max_triggers=args.max_triggers,
         placement=placements_from(args.placement),
     )

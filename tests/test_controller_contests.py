@@ -1,0 +1,115 @@
+"""Capacity on its way for KAI's pods holds back other layers' new triggers whose nodes
+KAI would take first (`controller.contests`), through `plan`."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from controller_fixtures import gpu_pod, nodeclaim
+from test_controller_plan import CONFIG, HAMI_POOLS, NOW, live_trigger, snapshot
+
+from controller.decisions import Plan
+from controller.plan import plan
+from controller.reasons import Contested, HeldBack
+from intent.contract import Intent, Source
+
+TF = ("tensor-fusion:tensor-fusion.ai/vram-request", "tensor-fusion:tensor-fusion.ai/gpu-model")
+
+
+def kai_memory_pod(name: str, mib: int) -> dict[str, Any]:
+    """A KAI pod asking ``mib`` of GPU memory and no model."""
+    obj = gpu_pod(name, "0.1", source=("kai:gpu-memory",))
+    intent = Intent(Decimal("0.1"), gpu_memory_mib=mib, source=(Source.parse("kai:gpu-memory"),))
+    obj["metadata"]["annotations"].update(intent.to_annotations())
+    return obj
+
+
+def tf_pod(name: str, model: str) -> dict[str, Any]:
+    return gpu_pod(name, "1", model=model, source=TF)
+
+
+def held(result: Plan, name: str) -> Contested | None:
+    """The contest ``name`` was told it waits for, None when told none."""
+    for status in result.statuses:
+        if status.ref.name == name and isinstance(status.why, HeldBack):
+            why = status.why.why
+            return why if isinstance(why, Contested) else None
+    return None
+
+
+def created_for(result: Plan) -> set[str]:
+    return {ref.name for c in result.creates for ref in c.serves}
+
+
+def test_a_tensor_fusion_trigger_waits_for_the_kai_capacity_that_could_take_its_node() -> None:
+    pods = [kai_memory_pod("kai-mem", 20000), tf_pod("tf", "l40s")]
+    first = plan(snapshot(pods), CONFIG)
+    # KAI's trigger is bought this pass; the tensor-fusion pod's waits for it
+    assert created_for(first) == {"kai-mem"}
+    contest = held(first, "tf")
+    assert contest is not None and contest.claims == ("gpu-intent-system/" + _name(first),)
+    assert contest.until == NOW - timedelta(seconds=5) + timedelta(seconds=CONFIG.contest_seconds)
+    # its NodeClaim is on its way: still waiting, now naming it
+    trigger = live_trigger(first, name="gi-kai", node_claim="nc-kai")
+    on_way = plan(
+        snapshot(pods, triggers=[trigger], claims=[nodeclaim("nc-kai", "gpu-standard")]),
+        CONFIG,
+    )
+    assert created_for(on_way) == set()
+    assert held(on_way, "tf") == Contested(("nc-kai",), contest.until)
+    # it is Ready: the tensor-fusion pod gets its trigger
+    ready = nodeclaim("nc-kai", "gpu-standard", model="l4", ready=True, node="n1")
+    after = plan(snapshot(pods, triggers=[trigger], claims=[ready]), CONFIG)
+    assert created_for(after) == {"tf"}
+
+
+def test_the_wait_ends_after_contest_seconds_and_zero_turns_it_off() -> None:
+    pods = [kai_memory_pod("kai-mem", 20000), tf_pod("tf", "l40s")]
+    trigger = live_trigger(plan(snapshot(pods), CONFIG), name="gi-kai", node_claim="nc-kai")
+    claims = [nodeclaim("nc-kai", "gpu-standard")]
+    # the pods became Unschedulable at NOW - 5s (the fixtures' T0)
+    late = NOW + timedelta(seconds=CONFIG.contest_seconds - 5)
+    assert created_for(
+        plan(snapshot(pods, triggers=[trigger], claims=claims, now=late), CONFIG)
+    ) == {"tf"}
+    just_before = late - timedelta(seconds=1)
+    result = plan(snapshot(pods, triggers=[trigger], claims=claims, now=just_before), CONFIG)
+    assert held(result, "tf") is not None
+    off = replace(CONFIG, contest_seconds=0)
+    assert created_for(plan(snapshot(pods, triggers=[trigger], claims=claims), off)) == {"tf"}
+
+
+def test_only_nodes_kai_pods_could_run_on_are_contested() -> None:
+    # 20000 MiB fits no T4 (16 GB): a tensor-fusion T4 pod does not wait
+    pods = [kai_memory_pod("kai-mem", 20000), tf_pod("tf-t4", "t4")]
+    assert created_for(plan(snapshot(pods), CONFIG)) == {"kai-mem", "tf-t4"}
+    # 8000 MiB fits it: it waits
+    pods = [kai_memory_pod("kai-mem", 8000), tf_pod("tf-t4", "t4")]
+    assert held(plan(snapshot(pods), CONFIG), "tf-t4") is not None
+    # KAI's own pods of a model never wait for KAI's capacity
+    pods = [kai_memory_pod("kai-mem", 8000), gpu_pod("kai-l4", "0.5", model="l4")]
+    assert created_for(plan(snapshot(pods), CONFIG)) == {"kai-mem", "kai-l4"}
+
+
+def test_a_hami_pool_is_never_contested_by_kai() -> None:
+    """KAI's pods never run on HAMi's nodes (``gpu: "on"``, outside KAI's placement)."""
+    hami = gpu_pod(
+        "hami-a10g",
+        "1",
+        model="a10g",
+        source=("hami:nvidia.com/gpumem", "hami:nvidia.com/use-gputype"),
+    )
+    pools = HAMI_POOLS
+    pods = [kai_memory_pod("kai-mem", 8000), hami]
+    result = plan(snapshot(pods, pools=pools), CONFIG)
+    assert "hami-a10g" in created_for(result)
+    assert held(result, "hami-a10g") is None
+
+
+def _name(result: Plan) -> str:
+    meta = result.creates[0].body["metadata"]
+    assert isinstance(meta, dict)
+    return str(meta["name"])
