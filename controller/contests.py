@@ -19,11 +19,14 @@ pods that could run on its nodes is on its way (a live trigger of KAI's placemen
 NodeClaim is not Ready, `contesting`): KAI's pods then find their own nodes first, and
 the group's nodes come up after them. The wait is bounded (`contested`): at most
 ``seconds`` from when the group's oldest pod became Unschedulable, so a stream of KAI
-pods never starves another layer. Only groups of `SHARED_LAYERS` (or of no layer)
-wait: KAI's own groups never do (KAI places its pods among its nodes as it likes; the
-GPUs bought add up the same), nor do groups whose nodes KAI's pods cannot run on
-(HAMi's, DRA's and the other layers whose plugin replaces NVIDIA's; another model; too
-little memory; a NodePool outside KAI's placement).
+pods never starves another layer. Groups of `SHARED_LAYERS` (or of no layer) wait for
+KAI's capacity of their model or of none; KAI's own groups only for KAI's capacity of
+no model on another NodePool (KAI's pods of one model or NodePool share its GPUs as
+they like, but a memory-only pod takes an A100 bought for A100 fractions as readily as
+the L4 bought for it). Groups
+whose nodes KAI's pods cannot run on never wait (HAMi's, DRA's and the other layers
+whose plugin replaces NVIDIA's; another model; too little memory; a NodePool outside
+KAI's placement).
 """
 
 from __future__ import annotations
@@ -35,11 +38,12 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from controller.decisions import CreateTrigger
-from controller.model import GroupKey, PendingPod, Requirement, TriggerInfo
+from controller.model import GroupKey, PendingPod, Requirement, TriggerInfo, parse_time
 from controller.nodes import NodeClaimInfo, NodePoolInfo
 from controller.placement import Placements, unmet
 from controller.reasons import Contested
 from intent.catalog import default_catalog
+from intent.contract import Phase
 
 __all__ = [
     "SESSION_LAYERS",
@@ -49,6 +53,7 @@ __all__ = [
     "contesting",
     "is_session",
     "of_create",
+    "shared_placements",
 ]
 
 #: The sharing layers whose scheduler binds in periodic sessions, taking any idle GPU
@@ -75,6 +80,14 @@ class Contest:
     min_memory_mib: int
     selector: tuple[tuple[str, str], ...]
     placement: tuple[Requirement, ...]
+    #: When its trigger was created (None: unknown).
+    created: datetime | None = None
+
+
+def shared_placements(placements: Placements) -> set[tuple[Requirement, ...]]:
+    """The placements of groups whose nodes KAI's pods run on besides KAI's own: no
+    layer's (``()``) and `SHARED_LAYERS`'."""
+    return {(), *(placements.of(layer) for layer in SHARED_LAYERS)}
 
 
 def is_session(group: GroupKey, placements: Placements) -> bool:
@@ -96,21 +109,28 @@ def contesting(
         claim = claims.get(trigger.node_claim) if trigger.node_claim else None
         if claim is None or not claim.ready:
             name = trigger.node_claim or f"{trigger.ref.namespace}/{trigger.ref.name}"
-            out.append(_of(name, trigger.group))
+            out.append(_of(name, trigger.group, trigger.created))
     return tuple(out)
 
 
-def of_create(create: CreateTrigger) -> Contest:
-    """The capacity a trigger created this pass brings (a `SESSION_LAYERS` one's)."""
+def of_create(create: CreateTrigger, now: datetime) -> Contest:
+    """The capacity a trigger created this pass (at ``now``) brings (a `SESSION_LAYERS`
+    one's)."""
     meta = create.body.get("metadata")
     name = meta.get("name", "") if isinstance(meta, Mapping) else ""
     namespace = meta.get("namespace", "") if isinstance(meta, Mapping) else ""
-    return _of(f"{namespace}/{name}", create.group)
+    return _of(f"{namespace}/{name}", create.group, now)
 
 
-def _of(name: str, group: GroupKey) -> Contest:
+def _of(name: str, group: GroupKey, created: datetime | None) -> Contest:
     return Contest(
-        name, group.pool, group.model, group.min_memory_mib, group.selector, group.placement
+        name,
+        group.pool,
+        group.model,
+        group.min_memory_mib,
+        group.selector,
+        group.placement,
+        created,
     )
 
 
@@ -125,15 +145,33 @@ def contested(
 ) -> Contested | None:
     """Why a new trigger for ``pods`` of group ``key`` waits for the capacity on its way
     for KAI's pods (``contests``: `contesting`, and `of_create` for this pass's), None
-    when it need not: the group names no model, or its placement is not that of a
-    `SHARED_LAYERS` layer or of no layer (KAI's own groups, HAMi's, DRA's, ...); no
-    contest's pods could run on its nodes (the same model, or no model and at
-    most the model's memory per GPU; a NodePool that meets the contest's placement; a
-    contest that copies a node selector only on its own NodePool); or ``seconds`` have
-    passed since the oldest of ``pods`` became Unschedulable (else was created)."""
+    when it need not: the group names no model; it is of a layer whose nodes KAI's pods
+    never run on (HAMi's, DRA's, ...: not `SHARED_LAYERS`, no layer or KAI's own); no
+    contest's pods could run on its nodes (the same model, or no model and at most the
+    model's memory per GPU; a NodePool that meets the contest's placement; a contest
+    that copies a node selector only on its own NodePool), where for KAI's own groups
+    only contests of no model on another NodePool count (KAI's pods of one model, or on
+    one NodePool, share its GPUs as they like; those of no model take another pool's
+    model); or ``seconds`` have passed since the oldest of ``pods`` became
+    Unschedulable (else was created). A pod waits once, and only for what was on its
+    way when it began to: none of ``pods`` may have been told more than ``Waiting``
+    (a pod triggered before is never held again), and for one told ``Waiting`` only
+    contests created by then count, so a stream of KAI pods bought one after another
+    does not hold a group round after round."""
     if key.model is None or not contests or not pods:
         return None
-    if key.placement and key.placement not in {placements.of(x) for x in SHARED_LAYERS}:
+    cutoff: datetime | None = None
+    for pod in pods:
+        status = pod.status
+        if status is None:
+            continue
+        if status.phase != Phase.WAITING:
+            return None
+        began = parse_time(status.since)
+        if began is not None and (cutoff is None or began < cutoff):
+            cutoff = began
+    own = is_session(key, placements)
+    if key.placement and not own and key.placement not in shared_placements(placements):
         return None
     pool = pools.get(key.pool)
     if pool is None:
@@ -145,6 +183,10 @@ def contested(
     memory = _memory_mib(key.model)
     names: set[str] = set()
     for contest in contests:
+        if cutoff is not None and (contest.created is None or contest.created > cutoff):
+            continue
+        if own and (contest.model is not None or contest.pool == key.pool):
+            continue  # KAI's pods of one model, or of one NodePool, share its GPUs
         if contest.model is None:
             if memory is not None and contest.min_memory_mib > memory:
                 continue
@@ -157,7 +199,7 @@ def contested(
         names.add(contest.name)
     if not names:
         return None
-    return Contested(tuple(sorted(names)), until)
+    return Contested(until)
 
 
 @functools.cache

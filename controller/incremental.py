@@ -41,7 +41,7 @@ from itertools import chain
 
 from controller.cache import InformerCache, Key, Kind, parse_served_pod, pool_label_keys
 from controller.capacity import fresh_claims, nodes_to_label
-from controller.contests import SHARED_LAYERS, contesting, is_session
+from controller.contests import SESSION_LAYERS, contesting, is_session, shared_placements
 from controller.decisions import LabelNode, Plan, PlanConfig, Snapshot
 from controller.failures import init_overdue
 from controller.memory import Memory
@@ -81,9 +81,8 @@ class _Partition:
     #: Moves whenever a pod or trigger joins, leaves or changes.
     version: int = 0
     memo: _Memo | None = None
-    #: (``version``, whether a pod of it may be held back by KAI's capacity on its way,
-    #: `IncrementalPlanner._contestable`)
-    contestable: tuple[int, bool] = (-1, False)
+    #: (``version``, `IncrementalPlanner._contestable` at it)
+    contestable: tuple[int, tuple[bool, bool]] = (-1, (False, False))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -224,18 +223,12 @@ class IncrementalPlanner:
         # Capacity on its way for KAI's pods holds back other layers' groups of any
         # partition, until a time that passes with ``now`` alone, and so do KAI's
         # triggers created this pass (`controller.contests`).
+        capacity = capacity or self._contested()
+        creating = [r for r in results if r.creates]
         capacity = capacity or (
-            any(self._contestable(p) for p in self._parts.values())
-            and bool(
-                contesting(
-                    chain.from_iterable(p.triggers.values() for p in self._parts.values()),
-                    self._claims,
-                    config.placement,
-                )
-            )
+            len(creating) > 1
+            and any(is_session(c.group, config.placement) for r in creating for c in r.creates)
         )
-        kinds = {is_session(c.group, config.placement) for r in results for c in r.creates}
-        capacity = capacity or len(kinds) == 2
         if self._coupled or split or competed or capacity:
             whole = self.snapshot(now, scheduled)
             return Pass(
@@ -255,24 +248,39 @@ class IncrementalPlanner:
         merged = _merge(results, tuple(LabelNode(node, value) for node, value in labels))
         return Pass(merged, dict(self._phases), replanned, False, +self._unplaced)
 
-    def _contestable(self, part: _Partition) -> bool:
-        """Whether a pod of ``part`` names a model and is of a layer that shares KAI's
-        nodes, or of none (`controller.contests.SHARED_LAYERS`): one KAI's capacity on
-        its way may hold back; cached per partition version."""
+    def _contestable(self, part: _Partition) -> tuple[bool, bool]:
+        """Whether pods of ``part`` that name a model may be held back by KAI's capacity
+        on its way (`controller.contests.contested`): (one of a layer whose nodes KAI's
+        pods run on, or of none, `controller.contests.shared_placements`; one of KAI's
+        own); cached per partition version."""
         if part.contestable[0] != part.version:
             placements = self._config.placement
-            shared = {(), *(placements.of(layer) for layer in SHARED_LAYERS)}
+            shared = shared_placements(placements)
+            placed = {
+                placements.for_intent(p.intent)
+                for p in part.pods.values()
+                if isinstance(p, PendingPod) and p.intent.model is not None and not is_native(p)
+            }
             part.contestable = (
                 part.version,
-                any(
-                    isinstance(p, PendingPod)
-                    and p.intent.model is not None
-                    and not is_native(p)
-                    and placements.for_intent(p.intent) in shared
-                    for p in part.pods.values()
-                ),
+                (bool(placed & shared), any(placements.of(x) in placed for x in SESSION_LAYERS)),
             )
         return part.contestable[1]
+
+    def _contested(self) -> bool:
+        """Whether KAI's capacity on its way (`controller.contests.contesting`) may hold
+        back a group of some partition: pods of a shared layer (or none) naming a model,
+        or KAI's own naming one while some of that capacity names none."""
+        kinds = [self._contestable(p) for p in self._parts.values()]
+        shared, own = any(k[0] for k in kinds), any(k[1] for k in kinds)
+        if not (shared or own):
+            return False
+        contests = contesting(
+            chain.from_iterable(p.triggers.values() for p in self._parts.values()),
+            self._claims,
+            self._config.placement,
+        )
+        return bool(contests) and (shared or any(c.model is None for c in contests))
 
     def _memos(self) -> Iterable[_Memo]:
         return (p.memo for p in self._parts.values() if p.memo is not None)

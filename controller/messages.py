@@ -283,14 +283,11 @@ def hold_text(why: Hold) -> str:
             )
         case RateLimited():
             return "trigger creation rate limit reached; waiting"
-        case Contested(claims=claims, until=until):
-            named = ", ".join(claims[:3]) + (
-                f" and {len(claims) - 3} more" if len(claims) > 3 else ""
-            )
+        case Contested(until=until):
             return (
-                f"capacity on its way for KAI pods ({named}) could take this pod's node "
-                "first (KAI binds every session, on the fitting node with the fewest idle "
-                f"GPUs); buying once it is Ready, at the latest at {until:%H:%M:%S}"
+                "capacity on its way for KAI pods could take this pod's node first (KAI "
+                "binds every session, on the fitting node with the fewest idle GPUs); "
+                f"buying once it is Ready, at the latest at {until:%H:%M:%S}"
             )
         case _:
             assert_never(why)

@@ -379,8 +379,8 @@ def _failures(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> None:
 
 
 def _allocate(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> None:
-    """Allocate (module doc, 2, 3 and 7): group by group (KAI's first, then in
-    `GroupKey.sort_key` order), the group's demand is bought (`_fill`: bins into the
+    """Allocate (module doc, 2, 3 and 7): group by group (KAI's first, of no model first,
+    then in `GroupKey.sort_key` order), the group's demand is bought (`_fill`: bins into the
     spare GPUs of its live triggers, most progressed first, else new triggers within the
     caps), then each of its live triggers settled (`_settle`: failed, unneeded, or its
     pods told its progress). What KAI's groups buy joins ``work.contests``."""
@@ -392,10 +392,11 @@ def _allocate(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> None:
         by_group[trigger.group].append(trigger)
     work.tokens = snapshot.create_tokens
     work.contests = list(contesting(work.live, snapshot.nodeclaims, config.placement))
-    # KAI's groups first: what they buy this pass may hold back other layers' groups.
+    # KAI's groups first, those of no model before those of one: what they buy this
+    # pass may hold back the groups after them.
     for key in sorted(
         set(work.groups) | set(by_group),
-        key=lambda k: (not is_session(k, config.placement), k.sort_key()),
+        key=lambda k: (not is_session(k, config.placement), k.model is not None, k.sort_key()),
     ):
         supply = sorted(
             by_group.get(key, []),
@@ -404,7 +405,7 @@ def _allocate(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> None:
         created = len(work.creates)
         served = _fill(snapshot, config, work, key, supply)
         if is_session(key, config.placement):
-            work.contests.extend(of_create(c) for c in work.creates[created:])
+            work.contests.extend(of_create(c, snapshot.now) for c in work.creates[created:])
         for trigger in supply:
             _settle(snapshot, config, work, trigger, served.get(trigger.ref, []))
 

@@ -184,10 +184,10 @@ class RateLimited:
 @dataclass(frozen=True, slots=True)
 class Contested:
     """Capacity on its way for KAI's pods could take the group's nodes first
-    (`controller.contests`): ``claims`` names its NodeClaims (a trigger, as
-    ``namespace/name``, while none is known); the wait lasts at most until ``until``."""
+    (`controller.contests`); the wait lasts at most until ``until``. It names no
+    NodeClaim: the status stays the same while the wait lasts, and its ``since`` says
+    when the wait began."""
 
-    claims: tuple[str, ...]
     until: datetime
 
 

@@ -3,8 +3,9 @@ KAI would take first (`controller.contests`), through `plan`."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -31,6 +32,23 @@ def tf_pod(name: str, model: str) -> dict[str, Any]:
     return gpu_pod(name, "1", model=model, source=TF)
 
 
+def stamp(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def told_statuses(result: Plan, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``pods``, each with the status ``result`` told it written on it."""
+    told = {s.ref.name: s.status for s in result.statuses}
+    out = []
+    for obj in pods:
+        obj = copy.deepcopy(obj)
+        status = told.get(obj["metadata"]["name"])
+        if status is not None:
+            obj["metadata"]["annotations"]["gpu-intent.io/scale-up"] = status.to_annotation()
+        out.append(obj)
+    return out
+
+
 def held(result: Plan, name: str) -> Contested | None:
     """The contest ``name`` was told it waits for, None when told none."""
     for status in result.statuses:
@@ -49,21 +67,39 @@ def test_a_tensor_fusion_trigger_waits_for_the_kai_capacity_that_could_take_its_
     first = plan(snapshot(pods), CONFIG)
     # KAI's trigger is bought this pass; the tensor-fusion pod's waits for it
     assert created_for(first) == {"kai-mem"}
-    contest = held(first, "tf")
-    assert contest is not None and contest.claims == ("gpu-intent-system/" + _name(first),)
-    assert contest.until == NOW - timedelta(seconds=5) + timedelta(seconds=CONFIG.contest_seconds)
-    # its NodeClaim is on its way: still waiting, now naming it
-    trigger = live_trigger(first, name="gi-kai", node_claim="nc-kai")
+    # the pods became Unschedulable at NOW - 5s (the fixtures' T0)
+    until = NOW - timedelta(seconds=5) + timedelta(seconds=CONFIG.contest_seconds)
+    assert held(first, "tf") == Contested(until)
+    # its NodeClaim is on its way: still waiting, and told nothing new
+    told = told_statuses(first, pods)
+    trigger = live_trigger(first, name="gi-kai", created=stamp(NOW), node_claim="nc-kai")
     on_way = plan(
-        snapshot(pods, triggers=[trigger], claims=[nodeclaim("nc-kai", "gpu-standard")]),
+        snapshot(told, triggers=[trigger], claims=[nodeclaim("nc-kai", "gpu-standard")]),
         CONFIG,
     )
     assert created_for(on_way) == set()
-    assert held(on_way, "tf") == Contested(("nc-kai",), contest.until)
+    assert [s.ref.name for s in on_way.statuses if s.ref.name == "tf"] == []
     # it is Ready: the tensor-fusion pod gets its trigger
     ready = nodeclaim("nc-kai", "gpu-standard", model="l4", ready=True, node="n1")
-    after = plan(snapshot(pods, triggers=[trigger], claims=[ready]), CONFIG)
+    after = plan(snapshot(told, triggers=[trigger], claims=[ready]), CONFIG)
     assert created_for(after) == {"tf"}
+
+
+def test_a_pod_waits_once_and_only_for_what_was_on_its_way_when_it_began() -> None:
+    pods = [kai_memory_pod("kai-mem", 20000), tf_pod("tf", "l40s")]
+    first = plan(snapshot(pods), CONFIG)
+    told = told_statuses(first, pods)
+    # KAI capacity bought after the tensor-fusion pod began to wait does not hold it
+    later = live_trigger(
+        first, name="gi-kai-2", created=stamp(NOW + timedelta(seconds=1)), node_claim="nc-2"
+    )
+    claims = [nodeclaim("nc-2", "gpu-standard")]
+    result = plan(snapshot(told, triggers=[later], claims=claims), CONFIG)
+    assert created_for(result) == {"tf"}
+    # nor does any once the pod was triggered: it is never held again
+    triggered = told_statuses(result, told)
+    again = plan(snapshot(triggered, triggers=[later], claims=claims), CONFIG)
+    assert held(again, "tf") is None and "tf" in created_for(again)
 
 
 def test_the_wait_ends_after_contest_seconds_and_zero_turns_it_off() -> None:
@@ -89,9 +125,18 @@ def test_only_nodes_kai_pods_could_run_on_are_contested() -> None:
     # 8000 MiB fits it: it waits
     pods = [kai_memory_pod("kai-mem", 8000), tf_pod("tf-t4", "t4")]
     assert held(plan(snapshot(pods), CONFIG), "tf-t4") is not None
-    # KAI's own pods of a model never wait for KAI's capacity
+    # KAI's own pods of a model on the NodePool KAI's memory pods are bought on do not
+    # wait (KAI shares that pool's GPUs among its pods as it likes) ...
     pods = [kai_memory_pod("kai-mem", 8000), gpu_pod("kai-l4", "0.5", model="l4")]
     assert created_for(plan(snapshot(pods), CONFIG)) == {"kai-mem", "kai-l4"}
+    # ... but those on another NodePool do: a memory pod takes an A100 node as readily
+    a100 = gpu_pod("kai-a100", "0.25", model="a100", pool="gpu-large")
+    result = plan(snapshot([kai_memory_pod("kai-mem", 20000), a100]), CONFIG)
+    assert created_for(result) == {"kai-mem"} and held(result, "kai-a100") is not None
+    # and KAI's capacity of a model holds back only other layers' pods of that model
+    pods = [gpu_pod("kai-l40s", "0.5", model="l40s"), tf_pod("tf", "l40s")]
+    result = plan(snapshot(pods), CONFIG)
+    assert created_for(result) == {"kai-l40s"} and held(result, "tf") is not None
 
 
 def test_a_hami_pool_is_never_contested_by_kai() -> None:

@@ -163,12 +163,10 @@ CASES: list[tuple[Reason, str]] = [
     ),
     (RateLimited(), "trigger creation rate limit reached; waiting"),
     (
-        Contested(
-            ("gpu-standard-abcde", "ns/gi-1", "x", "y"), datetime(2026, 11, 21, 12, 2, tzinfo=UTC)
-        ),
-        "capacity on its way for KAI pods (gpu-standard-abcde, ns/gi-1, x and 1 more) could "
-        "take this pod's node first (KAI binds every session, on the fitting node with the "
-        "fewest idle GPUs); buying once it is Ready, at the latest at 12:02:00",
+        Contested(datetime(2026, 11, 21, 12, 2, tzinfo=UTC)),
+        "capacity on its way for KAI pods could take this pod's node first (KAI binds every "
+        "session, on the fitting node with the fewest idle GPUs); buying once it is Ready, "
+        "at the latest at 12:02:00",
     ),
     # why a trigger failed
     (
