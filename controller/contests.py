@@ -102,9 +102,10 @@ def contesting(
 ) -> tuple[Contest, ...]:
     """The live triggers of a `SESSION_LAYERS` layer (`is_session`) whose capacity is on
     its way: no NodeClaim recorded yet, or one not Ready."""
+    session = {placements.of(layer) for layer in SESSION_LAYERS}
     out: list[Contest] = []
     for trigger in triggers:
-        if trigger.deleting or not is_session(trigger.group, placements):
+        if trigger.deleting or trigger.placement not in session:
             continue
         claim = claims.get(trigger.node_claim) if trigger.node_claim else None
         if claim is None or not claim.ready:

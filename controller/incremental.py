@@ -275,8 +275,11 @@ class IncrementalPlanner:
         shared, own = any(k[0] for k in kinds), any(k[1] for k in kinds)
         if not (shared or own):
             return False
+        # KAI's own groups wait only for capacity of no model: the triggers of the
+        # partitions of no model (`controller.plan.partition`) are all that can hold it.
+        parts = (p for name, p in self._parts.items() if shared or not name[0])
         contests = contesting(
-            chain.from_iterable(p.triggers.values() for p in self._parts.values()),
+            chain.from_iterable(p.triggers.values() for p in parts),
             self._claims,
             self._config.placement,
         )
