@@ -213,14 +213,15 @@ def scheduling_properties(pod: Mapping[str, Any]) -> str:
 
 def node_properties(node: Mapping[str, Any]) -> str:
     """What of ``node`` a change of may make an unschedulable pod fit, as JSON: labels,
-    taints, ``spec.unschedulable`` and allocatable (the node update events the default
-    plugins register with queueing hints on, their ``EventsToRegister``: UpdateNodeLabel,
-    UpdateNodeTaint, UpdateNodeAllocatable)."""
+    taints (with the ``not-ready`` one the node lifecycle controller sets while it is not
+    Ready, `sim.scheduling.node_taints`), ``spec.unschedulable`` and allocatable (the
+    node update events the default plugins register with queueing hints on, their
+    ``EventsToRegister``: UpdateNodeLabel, UpdateNodeTaint, UpdateNodeAllocatable)."""
     spec = node.get("spec") or {}
     return json.dumps(
         [
             (node.get("metadata") or {}).get("labels"),
-            spec.get("taints"),
+            node_taints(node),
             spec.get("unschedulable"),
             (node.get("status") or {}).get("allocatable"),
         ],
@@ -439,7 +440,8 @@ class SimScheduler:
     def _cluster_token(self) -> tuple[int, ...]:
         """What changes when a pod found unschedulable may fit now: a node added, or its
         labels, taints, allocatable or ``spec.unschedulable`` changed (`node_properties`),
-        a write to a ResourceClaim or a ResourceSlice, or a bound pod deleted or finished
+        a write to a ResourceClaim or a ResourceSlice (for a pod with claims), or a bound
+        pod deleted or finished
         (`PodView.released`). A bind is not in it: it only takes capacity. A node's
         annotations, conditions or heartbeats are not either: with SchedulerQueueingHints
         (on by default since v1.32, ``pkg/features/versioned_kube_features.go``) the node
@@ -533,10 +535,14 @@ class SimScheduler:
         than `MAX_IN_UNSCHEDULABLE_SECONDS`."""
         uid = pod["metadata"]["uid"]
         parked = self._parked.get(uid)
+        # A write to a ResourceClaim or ResourceSlice (token[1:3]) may make only a pod
+        # with claims fit: DynamicResources is the one plugin registering those events.
+        claims = bool((pod.get("spec") or {}).get("resourceClaims"))
         if (
             parked is None
             or parked[0] != scheduling_properties(pod)
-            or parked[1][1:] != token[1:]
+            or (claims and parked[1][1:3] != token[1:3])
+            or parked[1][3:] != token[3:]
             or now - parked[2] >= MAX_IN_UNSCHEDULABLE_SECONDS
         ):
             return False
