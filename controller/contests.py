@@ -53,6 +53,7 @@ __all__ = [
     "contesting",
     "is_session",
     "of_create",
+    "session_placements",
     "shared_placements",
 ]
 
@@ -69,19 +70,17 @@ SHARED_LAYERS: Final = ("tensor-fusion",)
 
 @dataclass(frozen=True, slots=True)
 class Contest:
-    """Capacity on its way for the pods of a `SESSION_LAYERS` layer: a trigger of that
-    layer's placement not Ready yet, or one created this pass. ``name``: its NodeClaim,
-    else the trigger (``namespace/name``); the rest is the trigger's group
-    (`controller.model.GroupKey`)."""
+    """Capacity on its way for the pods of a `SESSION_LAYERS` layer: the ``group`` of a
+    trigger of that layer's placement not Ready yet, or of one created this pass, and
+    when that trigger was ``created`` (None: unknown)."""
 
-    name: str
-    pool: str
-    model: str | None
-    min_memory_mib: int
-    selector: tuple[tuple[str, str], ...]
-    placement: tuple[Requirement, ...]
-    #: When its trigger was created (None: unknown).
-    created: datetime | None = None
+    group: GroupKey
+    created: datetime | None
+
+
+def session_placements(placements: Placements) -> set[tuple[Requirement, ...]]:
+    """The placements of the `SESSION_LAYERS` layers."""
+    return {placements.of(layer) for layer in SESSION_LAYERS}
 
 
 def shared_placements(placements: Placements) -> set[tuple[Requirement, ...]]:
@@ -92,7 +91,7 @@ def shared_placements(placements: Placements) -> set[tuple[Requirement, ...]]:
 
 def is_session(group: GroupKey, placements: Placements) -> bool:
     """Whether ``group``'s placement is a `SESSION_LAYERS` layer's."""
-    return any(group.placement == placements.of(layer) for layer in SESSION_LAYERS)
+    return group.placement in session_placements(placements)
 
 
 def contesting(
@@ -102,37 +101,21 @@ def contesting(
 ) -> tuple[Contest, ...]:
     """The live triggers of a `SESSION_LAYERS` layer (`is_session`) whose capacity is on
     its way: no NodeClaim recorded yet, or one not Ready."""
-    session = {placements.of(layer) for layer in SESSION_LAYERS}
+    session = session_placements(placements)
     out: list[Contest] = []
     for trigger in triggers:
         if trigger.deleting or trigger.placement not in session:
             continue
         claim = claims.get(trigger.node_claim) if trigger.node_claim else None
         if claim is None or not claim.ready:
-            name = trigger.node_claim or f"{trigger.ref.namespace}/{trigger.ref.name}"
-            out.append(_of(name, trigger.group, trigger.created))
+            out.append(Contest(trigger.group, trigger.created))
     return tuple(out)
 
 
 def of_create(create: CreateTrigger, now: datetime) -> Contest:
     """The capacity a trigger created this pass (at ``now``) brings (a `SESSION_LAYERS`
     one's)."""
-    meta = create.body.get("metadata")
-    name = meta.get("name", "") if isinstance(meta, Mapping) else ""
-    namespace = meta.get("namespace", "") if isinstance(meta, Mapping) else ""
-    return _of(f"{namespace}/{name}", create.group, now)
-
-
-def _of(name: str, group: GroupKey, created: datetime | None) -> Contest:
-    return Contest(
-        name,
-        group.pool,
-        group.model,
-        group.min_memory_mib,
-        group.selector,
-        group.placement,
-        created,
-    )
+    return Contest(create.group, now)
 
 
 def contested(
@@ -182,25 +165,23 @@ def contested(
     if now >= until:
         return None
     memory = _memory_mib(key.model)
-    names: set[str] = set()
     for contest in contests:
         if cutoff is not None and (contest.created is None or contest.created > cutoff):
             continue
-        if own and (contest.model is not None or contest.pool == key.pool):
+        group = contest.group
+        if own and (group.model is not None or group.pool == key.pool):
             continue  # KAI's pods of one model, or of one NodePool, share its GPUs
-        if contest.model is None:
-            if memory is not None and contest.min_memory_mib > memory:
+        if group.model is None:
+            if memory is not None and group.min_memory_mib > memory:
                 continue
-        elif contest.model != key.model:
+        elif group.model != key.model:
             continue
-        if contest.selector and contest.pool != key.pool:
+        if group.selector and group.pool != key.pool:
             continue
-        if unmet(contest.placement, pool) is not None:
+        if unmet(group.placement, pool) is not None:
             continue
-        names.add(contest.name)
-    if not names:
-        return None
-    return Contested(until)
+        return Contested(until)
+    return None
 
 
 @functools.cache

@@ -41,7 +41,7 @@ from itertools import chain
 
 from controller.cache import InformerCache, Key, Kind, parse_served_pod, pool_label_keys
 from controller.capacity import fresh_claims, nodes_to_label
-from controller.contests import SESSION_LAYERS, contesting, is_session, shared_placements
+from controller.contests import contesting, is_session, session_placements, shared_placements
 from controller.decisions import LabelNode, Plan, PlanConfig, Snapshot
 from controller.failures import init_overdue
 from controller.memory import Memory
@@ -263,7 +263,7 @@ class IncrementalPlanner:
             }
             part.contestable = (
                 part.version,
-                (bool(placed & shared), any(placements.of(x) in placed for x in SESSION_LAYERS)),
+                (bool(placed & shared), bool(placed & session_placements(placements))),
             )
         return part.contestable[1]
 
@@ -283,7 +283,7 @@ class IncrementalPlanner:
             self._claims,
             self._config.placement,
         )
-        return bool(contests) and (shared or any(c.model is None for c in contests))
+        return bool(contests) and (shared or any(c.group.model is None for c in contests))
 
     def _memos(self) -> Iterable[_Memo]:
         return (p.memo for p in self._parts.values() if p.memo is not None)
