@@ -55,6 +55,7 @@ __all__ = [
     "of_create",
     "session_placements",
     "shared_placements",
+    "waits_as",
 ]
 
 #: The sharing layers whose scheduler binds in periodic sessions, taking any idle GPU
@@ -87,6 +88,15 @@ def shared_placements(placements: Placements) -> set[tuple[Requirement, ...]]:
     """The placements of groups whose nodes KAI's pods run on besides KAI's own: no
     layer's (``()``) and `SHARED_LAYERS`'."""
     return {(), *(placements.of(layer) for layer in SHARED_LAYERS)}
+
+
+def waits_as(placement: tuple[Requirement, ...], placements: Placements) -> str | None:
+    """How a group of ``placement`` may wait for KAI's capacity (`contested`): ``"own"``
+    for a `SESSION_LAYERS` layer's, ``"shared"`` for a `SHARED_LAYERS` layer's or no
+    layer's (`shared_placements`), None for a layer whose nodes KAI's pods never run on."""
+    if placement in session_placements(placements):
+        return "own"
+    return "shared" if placement in shared_placements(placements) else None
 
 
 def is_session(group: GroupKey, placements: Placements) -> bool:
@@ -154,9 +164,10 @@ def contested(
         began = parse_time(status.since)
         if began is not None and (cutoff is None or began < cutoff):
             cutoff = began
-    own = is_session(key, placements)
-    if key.placement and not own and key.placement not in shared_placements(placements):
+    kind = waits_as(key.placement, placements)
+    if kind is None:
         return None
+    own = kind == "own"
     pool = pools.get(key.pool)
     if pool is None:
         return None

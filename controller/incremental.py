@@ -41,7 +41,7 @@ from itertools import chain
 
 from controller.cache import InformerCache, Key, Kind, parse_served_pod, pool_label_keys
 from controller.capacity import fresh_claims, nodes_to_label
-from controller.contests import contesting, is_session, session_placements, shared_placements
+from controller.contests import contesting, is_session, waits_as
 from controller.decisions import LabelNode, Plan, PlanConfig, Snapshot
 from controller.failures import init_overdue
 from controller.memory import Memory
@@ -252,19 +252,15 @@ class IncrementalPlanner:
         """Whether pods of ``part`` that name a model may be held back by KAI's capacity
         on its way (`controller.contests.contested`): (one of a layer whose nodes KAI's
         pods run on, or of none, `controller.contests.shared_placements`; one of KAI's
-        own); cached per partition version."""
+        own; `controller.contests.waits_as`); cached per partition version."""
         if part.contestable[0] != part.version:
             placements = self._config.placement
-            shared = shared_placements(placements)
-            placed = {
-                placements.for_intent(p.intent)
+            kinds = {
+                waits_as(placements.for_intent(p.intent), placements)
                 for p in part.pods.values()
                 if isinstance(p, PendingPod) and p.intent.model is not None and not is_native(p)
             }
-            part.contestable = (
-                part.version,
-                (bool(placed & shared), bool(placed & session_placements(placements))),
-            )
+            part.contestable = (part.version, ("shared" in kinds, "own" in kinds))
         return part.contestable[1]
 
     def _contested(self) -> bool:

@@ -195,7 +195,12 @@ def scheduling_properties(pod: Mapping[str, Any]) -> str:
     its labels, tolerations, scheduling gates, containers' resources and resource claims
     (with their statuses). Source: kube-scheduler v1.32 ``framework.
     PodSchedulingPropertiesChange`` (``pkg/scheduler/framework/events.go``): any other
-    update is ``updatePodOther``, which no default plugin's queueing hint takes."""
+    update is ``updatePodOther``, which no default plugin's queueing hint takes. The sim
+    is coarser: kube-scheduler asks only the plugins that rejected the pod, so a label
+    change does not retry a pod NodeResourcesFit rejected (checked against the real
+    kube-scheduler v1.32.13 of ../shared/realk8s: annotation writes, a label on a node
+    the pod cannot fit and a label on the pod made no new attempt; allocatable that fits
+    and a bound pod deleted did). The product writes only annotations on pending pods."""
     spec = pod.get("spec") or {}
     return json.dumps(
         [
@@ -226,6 +231,20 @@ def node_properties(node: Mapping[str, Any]) -> str:
             (node.get("status") or {}).get("allocatable"),
         ],
         sort_keys=True,
+    )
+
+
+def _parsed_node(node: Obj) -> NodeInfo:
+    """A `NodeInfo` of ``node`` with no pods: its parsed allocatable, GPU devices, taints
+    (`sim.scheduling.node_taints`) and GPU agent (`sim.deviceplugins.node_plugin`)."""
+    plugin = deviceplugins.node_plugin(node)
+    return NodeInfo(
+        node,
+        node["metadata"]["name"],
+        quantities((node.get("status") or {}).get("allocatable")),
+        gpushare.node_devices(node, plugin),
+        node_taints(node),
+        plugin=plugin,
     )
 
 
@@ -517,14 +536,7 @@ class SimScheduler:
         if cached is None:
             if len(self._hints) > 4 * _NODE_CHANGES_KEPT:
                 self._hints.clear()
-            empty = NodeInfo(
-                node,
-                node["metadata"]["name"],
-                quantities((node.get("status") or {}).get("allocatable")),
-                gpushare.node_devices(node, deviceplugins.node_plugin(node)),
-                node_taints(node),
-                plugin=deviceplugins.node_plugin(node),
-            )
+            empty = _parsed_node(node)
             empty.refresh_gpus()
             cached = self._hints[key] = filters.filter_node(info, empty) is None
         return cached
@@ -651,18 +663,7 @@ class SimScheduler:
         key = (meta.get("uid", ""), meta.get("resourceVersion", ""))
         cached = self._nodes.get(meta["name"])
         if cached is None or cached[0] != key:
-            plugin = deviceplugins.node_plugin(node)
-            cached = (
-                key,
-                NodeInfo(
-                    node,
-                    meta["name"],
-                    quantities((node.get("status") or {}).get("allocatable")),
-                    gpushare.node_devices(node, plugin),
-                    node_taints(node),
-                    plugin=plugin,
-                ),
-            )
+            cached = (key, _parsed_node(node))
             self._nodes[meta["name"]] = cached
         base = cached[1]
         return NodeInfo(
