@@ -147,15 +147,25 @@ def contested(
     only contests of no model on another NodePool count (KAI's pods of one model, or on
     one NodePool, share its GPUs as they like; those of no model take another pool's
     model); or ``seconds`` have passed since the oldest of ``pods`` became
-    Unschedulable (else was created). A pod waits once, and only for what was on its
-    way when it began to: none of ``pods`` may have been told more than ``Waiting``
-    (a pod triggered before is never held again), and for one told ``Waiting`` only
+    Unschedulable (else was created).
+
+    A group of `SHARED_LAYERS` or of no layer waits once, and only for what was on its
+    way when it began to: none of ``pods`` may have been told more than ``Waiting`` (a
+    pod triggered before is never held again), and for one told ``Waiting`` only
     contests created by then count, so a stream of KAI pods bought one after another
-    does not hold a group round after round."""
+    does not hold it round after round. KAI's own groups wait while any contest counts,
+    whatever they were told: KAI binds its pods of no model before or after them as it
+    orders its jobs, so only nodes that come up after theirs are safe from them; and a
+    trigger of theirs no NodeClaim was made for yet is withdrawn by the same rule
+    (`controller.plan`), so holding and withdrawing never disagree."""
     if key.model is None or not contests or not pods:
         return None
+    kind = waits_as(key.placement, placements)
+    if kind is None:
+        return None
+    own = kind == "own"
     cutoff: datetime | None = None
-    for pod in pods:
+    for pod in pods if not own else ():
         status = pod.status
         if status is None:
             continue
@@ -164,10 +174,6 @@ def contested(
         began = parse_time(status.since)
         if began is not None and (cutoff is None or began < cutoff):
             cutoff = began
-    kind = waits_as(key.placement, placements)
-    if kind is None:
-        return None
-    own = kind == "own"
     pool = pools.get(key.pool)
     if pool is None:
         return None

@@ -20,7 +20,8 @@ its way for KAI's pods, which holds back other partitions' new triggers
    else plans the partition alone, with the whole budget left;
 3. merges the results, unless they may have competed for the budget (some partition
    used all of it, or together they used more), two partitions share a NodeClaim or a
-   group (`Plan.demand`), or KAI's pods have capacity on its way: then it plans the whole
+   group (`Plan.demand`), or KAI's pods have capacity on its way (or get some of no model
+   this pass): then it plans the whole
    snapshot at once, as the plain loop would. With no budget left, partitions cannot
    compete: none creates anything.
 
@@ -225,9 +226,13 @@ class IncrementalPlanner:
         # triggers created this pass (`controller.contests`).
         capacity = capacity or self._contested()
         creating = [r for r in results if r.creates]
+        session = [c for r in creating for c in r.creates if is_session(c.group, config.placement)]
+        capacity = capacity or (len(creating) > 1 and bool(session))
+        # A KAI trigger of no model created this pass withdraws KAI's triggers of a model
+        # in other partitions that no NodeClaim was made for (`controller.plan._withdraw`).
         capacity = capacity or (
-            len(creating) > 1
-            and any(is_session(c.group, config.placement) for r in creating for c in r.creates)
+            any(c.group.model is None for c in session)
+            and any(self._contestable(p)[1] for p in self._parts.values())
         )
         if self._coupled or split or competed or capacity:
             whole = self.snapshot(now, scheduled)

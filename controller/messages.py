@@ -57,6 +57,7 @@ from controller.reasons import (
     TriggerFailed,
     TriggerLimit,
     Unresolvable,
+    Withdrawn,
 )
 from intent.text import gpus_for_people
 
@@ -322,6 +323,12 @@ def delete_text(why: DeleteReason) -> str:
             return f"failed: {failure_text(failure)}"
         case ClaimReady(node_claim=claim):
             return f"NodeClaim {claim} is Ready"
+        case Withdrawn(hold=hold):
+            return (
+                "withdrawn before Karpenter made a NodeClaim for it: capacity on its way "
+                "for KAI pods could take its node first; its pods wait until that is "
+                f"Ready, at the latest until {hold.until:%H:%M:%S}"
+            )
         case _:
             assert_never(why)
 

@@ -33,7 +33,8 @@ Given the pending GPU pods, the live trigger pods, NodeClaims, NodePools and Kar
    was removed unneeded cools down; and demand above a cap (GPUs per trigger, triggers
    in all and per NodePool, the creation rate) waits, told ``Waiting`` and why, as does
    a group whose nodes KAI's pods would take first while capacity bought for them is on
-   its way (`controller.contests`).
+   its way (`controller.contests`); a KAI group's trigger Karpenter has not bought for
+   yet is withdrawn then (`_withdraw`).
 
 The executor (`controller.reconciler`) applies the plan through the API adapter: money
 first (creates, deletes), statuses after.
@@ -117,6 +118,7 @@ from controller.reasons import (
     TriggerFailed,
     TriggerLimit,
     Unresolvable,
+    Withdrawn,
     retrying,
 )
 from controller.triggers import LINKED_REASON, trigger_name, trigger_pod
@@ -402,12 +404,54 @@ def _allocate(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> None:
             by_group.get(key, []),
             key=lambda t: (-_progress(work.claim_of[t.ref]), t.created or datetime.min, t.ref),
         )
+        supply = _withdraw(snapshot, config, work, key, supply)
         created = len(work.creates)
         served = _fill(snapshot, config, work, key, supply)
         if is_session(key, config.placement):
             work.contests.extend(of_create(c, snapshot.now) for c in work.creates[created:])
         for trigger in supply:
             _settle(snapshot, config, work, trigger, served.get(trigger.ref, []))
+
+
+def _withdraw(
+    snapshot: Snapshot,
+    config: PlanConfig,
+    work: _Pass,
+    key: GroupKey,
+    supply: list[TriggerInfo],
+) -> list[TriggerInfo]:
+    """The supply of KAI's group ``key`` (one that names a model) without its triggers
+    Karpenter has made no NodeClaim for yet, when capacity on its way for KAI's pods of
+    no model would hold a new trigger of the group back (`controller.contests.contested`):
+    those are deleted (``Withdrawn``, no cooldown) and their pods wait with the rest.
+    KAI's pods of no model take whatever node they fit first, so an A100 node bought for
+    A100 fractions that comes up with the L4 nodes bought for memory-only pods is theirs
+    as readily as the L4s; withdrawn before Karpenter buys it, it comes up after them.
+    Karpenter may have just made its NodeClaim unseen (its ``Nominated`` event not read
+    yet): deleting an unlinked trigger risks that, as deleting one no pod needs does."""
+    if key.model is None or not is_session(key, config.placement):
+        return supply
+    unlinked = [
+        t for t in supply if work.claim_of[t.ref] is None and t.ref not in work.failures
+    ]
+    pods = work.groups.get(key, [])
+    if not unlinked or not pods:
+        return supply
+    hold = contested(
+        key,
+        pods,
+        work.contests,
+        snapshot.nodepools,
+        config.placement,
+        snapshot.now,
+        config.contest_seconds,
+    )
+    if hold is None:
+        return supply
+    for trigger in unlinked:
+        work.deletes.append(DeleteTrigger(trigger.ref, Withdrawn(hold)))
+    gone = {t.ref for t in unlinked}
+    return [t for t in supply if t.ref not in gone]
 
 
 def _fill(

@@ -254,8 +254,17 @@ class ClaimReady:
     node_claim: str
 
 
+@dataclass(frozen=True, slots=True)
+class Withdrawn:
+    """No NodeClaim was made for the trigger yet, and capacity on its way for KAI's pods
+    could take its node first (`controller.contests.contested`): it is withdrawn, and
+    its pods wait as a new trigger would (``hold``)."""
+
+    hold: Contested
+
+
 #: Why a trigger is deleted (`controller.decisions.DeleteTrigger`).
-DeleteReason = NotNeeded | TriggerFailed | ClaimReady
+DeleteReason = NotNeeded | TriggerFailed | ClaimReady | Withdrawn
 
 # --- what a pod is told --------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from test_controller_plan import CONFIG, HAMI_POOLS, NOW, live_trigger, snapshot
 
 from controller.decisions import Plan
 from controller.plan import plan
-from controller.reasons import Contested, HeldBack
+from controller.reasons import Contested, HeldBack, Withdrawn
 from intent.contract import Intent, Source
 
 TF = ("tensor-fusion:tensor-fusion.ai/vram-request", "tensor-fusion:tensor-fusion.ai/gpu-model")
@@ -158,3 +158,38 @@ def _name(result: Plan) -> str:
     meta = result.creates[0].body["metadata"]
     assert isinstance(meta, dict)
     return str(meta["name"])
+
+
+def test_a_kai_trigger_karpenter_has_not_bought_for_is_withdrawn_for_kai_memory_pods() -> None:
+    """An A100 fraction's trigger made before a memory-only KAI pod arrived is withdrawn
+    while Karpenter has made no NodeClaim for it, and bought again once the memory pod's
+    capacity is Ready: KAI would put the memory pod on the A100 node as readily."""
+    a100 = gpu_pod("kai-a100", "0.25", model="a100", pool="gpu-large")
+    first = plan(snapshot([a100]), CONFIG)
+    assert created_for(first) == {"kai-a100"}
+    a100_trigger = live_trigger(first, name="gi-a100", created=stamp(NOW))
+    a100_told = told_statuses(first, [a100])
+    pods = [*a100_told, kai_memory_pod("kai-mem", 20000)]
+    later = NOW + timedelta(seconds=1)
+    result = plan(snapshot(pods, triggers=[a100_trigger], now=later), CONFIG)
+    assert created_for(result) == {"kai-mem"}
+    withdrawn = [d for d in result.deletes if isinstance(d.why, Withdrawn)]
+    assert [d.ref.name for d in withdrawn] == ["gi-a100"] and withdrawn[0].orphan is None
+    assert held(result, "kai-a100") is not None
+    # a trigger Karpenter made a NodeClaim for is never withdrawn: its pods stay with it
+    linked = live_trigger(first, name="gi-a100", created=stamp(NOW), node_claim="nc-a100")
+    claims = [nodeclaim("nc-a100", "gpu-large")]
+    kept = plan(snapshot(pods, triggers=[linked], claims=claims, now=later), CONFIG)
+    assert kept.deletes == () and held(kept, "kai-a100") is None
+    # the memory pod's NodeClaim Ready: the A100 pod, told Waiting, is bought for again
+    # (no cooldown after a withdrawal), and its trigger is not withdrawn while none is
+    # on its way
+    told = told_statuses(result, pods)
+    mem_trigger = live_trigger(result, name="gi-mem", created=stamp(later), node_claim="nc-mem")
+    ready = nodeclaim("nc-mem", "gpu-standard", model="l4", ready=True, node="n1")
+    after = plan(snapshot(told, triggers=[mem_trigger], claims=[ready], now=later), CONFIG)
+    assert created_for(after) == {"kai-a100"}
+    # within --contest-seconds of the pod's Unschedulable time only
+    late = NOW + timedelta(seconds=CONFIG.contest_seconds)
+    result = plan(snapshot(pods, triggers=[a100_trigger], now=late), CONFIG)
+    assert not [d for d in result.deletes if isinstance(d.why, Withdrawn)]

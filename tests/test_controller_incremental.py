@@ -597,3 +597,28 @@ def test_with_failures_cooldown_and_caps_every_pass_equals_a_fresh_plan(seed: in
             config,
         )
         assert normal(got.plan) == normal(want), (step, history[-5:])
+
+
+def test_a_kai_trigger_of_no_model_made_alone_withdraws_another_partitions_trigger() -> None:
+    """A100 fractions triggered (no NodeClaim yet), then a memory-only KAI pod: only its
+    partition creates, yet the A100 partition's trigger is withdrawn, as in a fresh
+    plan (`controller.contests`)."""
+    config = PlanConfig(trigger=TriggerSettings(namespace=NS))
+    world = World(random.Random(0), config)
+    world.expecting = False
+    a100 = gpu_pod("a", "0.25", model="a100", pool="gpu-large")
+    a100["metadata"]["resourceVersion"] = world.next_rv()
+    world.pods["a"] = a100
+    world.state.apply(PENDING_PODS, "ADDED", a100)
+    planner = IncrementalPlanner(world.state, world.memory, config)
+    world.apply_plan()
+    assert len(world.triggers) == 1
+    assert not planner.run(world.now).plan.creates
+    memory = gpu_pod("m", "0.1", extra_annotations={"gpu-intent.io/gpu-memory": "20000"})
+    memory["metadata"]["resourceVersion"] = world.next_rv()
+    world.pods["m"] = memory
+    world.state.apply(PENDING_PODS, "ADDED", memory)
+    done = planner.run(world.now)
+    want = plan(snapshot(world.state, world.memory, world.now), config)
+    assert [type(d.why).__name__ for d in want.deletes] == ["Withdrawn"]
+    assert normal(done.plan) == normal(want)

@@ -61,6 +61,7 @@ from controller.reasons import (
     TriggerFailed,
     TriggerLimit,
     Unresolvable,
+    Withdrawn,
 )
 from controller.statuses import knows, provisioning, told, triggered
 from controller.triggers import condition_patch
@@ -190,6 +191,12 @@ CASES: list[tuple[Reason, str]] = [
     (NotNeeded("nc-1"), "NodeClaim nc-1 is Ready and no pending pod needs it"),
     (TriggerFailed(GONE), f"failed: {GONE_TEXT}"),
     (ClaimReady("nc-1"), "NodeClaim nc-1 is Ready"),
+    (
+        Withdrawn(Contested(datetime(2026, 11, 21, 12, 2, tzinfo=UTC))),
+        "withdrawn before Karpenter made a NodeClaim for it: capacity on its way for KAI "
+        "pods could take its node first; its pods wait until that is Ready, at the latest "
+        "until 12:02:00",
+    ),
     # what a pod is told
     (
         Invalid("gpu-intent.io/gpus: 'x' is not a GPU count"),
