@@ -42,7 +42,7 @@ from itertools import chain
 
 from controller.cache import InformerCache, Key, Kind, parse_served_pod, pool_label_keys
 from controller.capacity import fresh_claims, nodes_to_label
-from controller.contests import contesting, is_session, waits_as
+from controller.contests import contesting, is_session, session_placements, waits_as
 from controller.decisions import LabelNode, Plan, PlanConfig, Snapshot
 from controller.failures import init_overdue
 from controller.memory import Memory
@@ -83,7 +83,7 @@ class _Partition:
     version: int = 0
     memo: _Memo | None = None
     #: (``version``, `IncrementalPlanner._contestable` at it)
-    contestable: tuple[int, tuple[bool, bool]] = (-1, (False, False))
+    contestable: tuple[int, tuple[bool, bool, bool]] = (-1, (False, False, False))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -253,27 +253,42 @@ class IncrementalPlanner:
         merged = _merge(results, tuple(LabelNode(node, value) for node, value in labels))
         return Pass(merged, dict(self._phases), replanned, False, +self._unplaced)
 
-    def _contestable(self, part: _Partition) -> tuple[bool, bool]:
+    def _contestable(self, part: _Partition) -> tuple[bool, bool, bool]:
         """Whether pods of ``part`` that name a model may be held back by KAI's capacity
         on its way (`controller.contests.contested`): (one of a layer whose nodes KAI's
         pods run on, or of none, `controller.contests.shared_placements`; one of KAI's
-        own; `controller.contests.waits_as`); cached per partition version."""
+        own; `controller.contests.waits_as`), and whether KAI's pods of no model in it
+        may borrow that capacity (`controller.plan._borrow`); cached per partition
+        version."""
         if part.contestable[0] != part.version:
             placements = self._config.placement
-            kinds = {
-                waits_as(placements.for_intent(p.intent), placements)
-                for p in part.pods.values()
-                if isinstance(p, PendingPod) and p.intent.model is not None and not is_native(p)
-            }
-            part.contestable = (part.version, ("shared" in kinds, "own" in kinds))
+            session = session_placements(placements)
+            kinds: set[str | None] = set()
+            for p in part.pods.values():
+                if not isinstance(p, PendingPod) or is_native(p):
+                    continue
+                placement = placements.for_intent(p.intent)
+                if p.intent.model is not None:
+                    kinds.add(waits_as(placement, placements))
+                elif placement in session:
+                    kinds.add("roaming")
+            own = "own" in kinds
+            part.contestable = (part.version, ("shared" in kinds, own, "roaming" in kinds))
         return part.contestable[1]
 
     def _contested(self) -> bool:
         """Whether KAI's capacity on its way (`controller.contests.contesting`) may hold
         back a group of some partition: pods of a shared layer (or none) naming a model,
-        or KAI's own naming one while some of that capacity names none."""
+        or KAI's own naming one while some of that capacity names none; or whether
+        KAI's pods of no model may borrow some of it that names a model."""
         kinds = [self._contestable(p) for p in self._parts.values()]
         shared, own = any(k[0] for k in kinds), any(k[1] for k in kinds)
+        if any(k[2] for k in kinds) and contesting(
+            chain.from_iterable(p.triggers.values() for n, p in self._parts.items() if n[0]),
+            self._claims,
+            self._config.placement,
+        ):
+            return True
         if not (shared or own):
             return False
         # KAI's own groups wait only for capacity of no model: the triggers of the

@@ -61,7 +61,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from controller import statuses
-from controller.capacity import held_covers, nodes_to_label, place_on_free
+from controller.capacity import claim_hosts, held_covers, nodes_to_label, place_on_free
 from controller.contests import Contest, contested, contesting, is_session, of_create
 from controller.decisions import (
     CreateTrigger,
@@ -139,6 +139,16 @@ __all__ = [
 
 
 @dataclass(slots=True)
+class _Lend:
+    """A trigger of KAI's group of a model whose NodeClaim (``claim``) is on its way, and
+    the GPUs its own pods leave (``spare``, whole GPUs), which `_borrow` lends out."""
+
+    trigger: TriggerInfo
+    claim: NodeClaimInfo
+    spare: int
+
+
+@dataclass(slots=True)
 class _Pass:
     """One `plan` pass at work: the actions decided so far, each list in the order its
     entries were decided (the plan keeps that order), and the bookkeeping the stages
@@ -175,6 +185,13 @@ class _Pass:
     #: Capacity on its way for KAI's pods, which they would take before other layers'
     #: pods (`controller.contests`): live triggers not Ready, and those created this pass.
     contests: list[Contest] = field(default_factory=list)
+    #: Each group's live triggers, most progressed first (`_allocate`).
+    supplies: dict[GroupKey, list[TriggerInfo]] = field(default_factory=dict)
+    #: Spare GPUs KAI's groups of no model may borrow (`_borrow`), computed on first
+    #: need: [trigger, its NodeClaim, spare GPUs], by NodePool.
+    lendable: dict[str, list[_Lend]] | None = None
+    #: Bins of KAI's pods of no model placed in another group's trigger, by trigger.
+    borrowed: defaultdict[PodRef, list[Bin]] = field(default_factory=lambda: defaultdict(list))
 
     def tell(self, pod: PendingPod | InvalidPod, why: StatusReason) -> None:
         """Tell ``pod`` the status ``why`` makes (`controller.statuses.told`, and record
@@ -396,21 +413,24 @@ def _allocate(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> None:
     work.contests = list(contesting(work.live, snapshot.nodeclaims, config.placement))
     # KAI's groups first, those of no model before those of one: what they buy this
     # pass may hold back the groups after them.
-    for key in sorted(
+    keys = sorted(
         set(work.groups) | set(by_group),
         key=lambda k: (not is_session(k, config.placement), k.model is not None, k.sort_key()),
-    ):
-        supply = sorted(
+    )
+    for key in keys:
+        work.supplies[key] = sorted(
             by_group.get(key, []),
             key=lambda t: (-_progress(work.claim_of[t.ref]), t.created or datetime.min, t.ref),
         )
-        supply = _withdraw(snapshot, config, work, key, supply)
+    for key in keys:
+        supply = _withdraw(snapshot, config, work, key, work.supplies[key])
         created = len(work.creates)
         served = _fill(snapshot, config, work, key, supply)
         if is_session(key, config.placement):
             work.contests.extend(of_create(c, snapshot.now) for c in work.creates[created:])
         for trigger in supply:
-            _settle(snapshot, config, work, trigger, served.get(trigger.ref, []))
+            bins = served.get(trigger.ref, []) + work.borrowed.pop(trigger.ref, [])
+            _settle(snapshot, config, work, trigger, bins)
 
 
 def _withdraw(
@@ -478,6 +498,8 @@ def _fill(
         if holder is not None:
             served[holder.ref].append(bin_)
             continue
+        if _borrow(config, work, key, bin_):
+            continue
         hold = _held_back(snapshot, config, work, key, bin_)
         if hold is not None:
             for pod in bin_.pods:
@@ -485,6 +507,65 @@ def _fill(
             continue
         work.creates.append(_new_trigger(snapshot, config, work, key, bin_))
     return served
+
+
+def _borrow(config: PlanConfig, work: _Pass, key: GroupKey, bin_: Bin) -> bool:
+    """Place ``bin_`` of KAI's group ``key`` of no model in the spare GPUs of a trigger of
+    another KAI group on its NodePool whose NodeClaim is on its way (linked, not Ready)
+    and hosts its pods (`controller.capacity.claim_hosts`): KAI puts its pods on any
+    node they fit, so when KAI's fractions of the pool took the L4 node bought for
+    memory-only pods, the fractions' own NodeClaim, still coming, has the room those
+    pods need; buying them another node would leave one empty. The spare is what the
+    lending group's own pods leave (`_own_spare`). Returns whether it was placed; its
+    pods are then told of that trigger (``work.borrowed``)."""
+    if key.model is not None or not is_session(key, config.placement):
+        return False
+    if work.lendable is None:
+        work.lendable = _lendable(config, work)
+    profile = config.trigger.profile
+    for lend in work.lendable.get(key.pool, ()):
+        if lend.spare < bin_.size:
+            continue
+        if all(claim_hosts(lend.claim, key, pod, profile) for pod in bin_.pods):
+            lend.spare -= bin_.size
+            work.borrowed[lend.trigger.ref].append(bin_)
+            return True
+    return False
+
+
+def _lendable(config: PlanConfig, work: _Pass) -> dict[str, list[_Lend]]:
+    """The triggers of KAI's groups of a model whose NodeClaim is on its way, each with
+    the GPUs its own group's pods leave spare (`_own_spare`), by NodePool, in the
+    groups' order then the supply's."""
+    out: dict[str, list[_Lend]] = defaultdict(list)
+    for key, supply in sorted(work.supplies.items(), key=lambda kv: kv[0].sort_key()):
+        if key.model is None or not is_session(key, config.placement):
+            continue
+        on_way = [
+            (i, claim)
+            for i, t in enumerate(supply)
+            if (claim := work.claim_of[t.ref]) is not None
+            and not claim.ready
+            and t.ref not in work.failures
+        ]
+        if not on_way:
+            continue
+        spare = _own_spare(work, key, supply)
+        out[key.pool].extend(_Lend(supply[i], claim, spare[i]) for i, claim in on_way if spare[i])
+    return out
+
+
+def _own_spare(work: _Pass, key: GroupKey, supply: Sequence[TriggerInfo]) -> list[int]:
+    """The spare GPUs each of ``supply`` (group ``key``'s live triggers) has once the
+    group's own pods are placed as `_fill` places them (staying pods first, then bins
+    largest first, most progressed trigger first). Pure: nothing is told or bought.
+    Withdrawing the group's unlinked triggers (`_withdraw`) leaves its linked ones'
+    spare as it is: their pods go to the linked ones first either way."""
+    capacity = TriggerCapacity(supply)
+    pods, stayed = _stay(work, supply, work.groups.get(key, []), capacity, defaultdict(list))
+    for bin_ in sorted(pack(pods, into=stayed), key=lambda b: (-b.size, b.pods[0].ref)):
+        capacity.take(bin_.size)
+    return [capacity.spare(i) for i in range(len(supply))]
 
 
 def _stay(

@@ -193,3 +193,39 @@ def test_a_kai_trigger_karpenter_has_not_bought_for_is_withdrawn_for_kai_memory_
     late = NOW + timedelta(seconds=CONFIG.contest_seconds)
     result = plan(snapshot(pods, triggers=[a100_trigger], now=late), CONFIG)
     assert not [d for d in result.deletes if isinstance(d.why, Withdrawn)]
+
+
+def test_kai_memory_pods_take_the_spare_of_kai_capacity_on_its_way_on_their_pool() -> None:
+    """KAI's fractions took the node bought for a memory-only pod, so their own NodeClaim,
+    still on its way, has the room: the memory pod is told of it, not bought for again
+    (the NodeClaim bought again would come up empty)."""
+    l4 = gpu_pod("kai-l4", "2", model="l4")
+    trigger = live_trigger(plan(snapshot([l4]), CONFIG), name="gi-l4", node_claim="nc-l4")
+    claim = nodeclaim("nc-l4", "gpu-standard", gpus=2, model="l4")
+    # launched: Karpenter has put the instance type's labels on it (L4: 22888 MiB)
+    claim["metadata"]["labels"]["karpenter.k8s.aws/instance-gpu-memory"] = "22888"
+    memory = kai_memory_pod("kai-mem", 20000)
+    result = plan(snapshot([memory], triggers=[trigger], claims=[claim]), CONFIG)
+    assert created_for(result) == set() and result.deletes == ()
+    told = {s.ref.name: s.status for s in result.statuses}
+    assert told["kai-mem"].phase == "Provisioning"
+    assert (told["kai-mem"].trigger, told["kai-mem"].node_claim) == ("gpu-intent-system/gi-l4", "nc-l4")
+    # none while the fractions' own pods still need every GPU of it
+    still = plan(snapshot([l4, memory], triggers=[trigger], claims=[claim]), CONFIG)
+    assert created_for(still) == {"kai-mem"}
+    # nor on a node whose GPUs hold less memory than the pod asks (a 16 GB T4), or whose
+    # instance is not known yet
+    unknown = nodeclaim("nc-l4", "gpu-standard", gpus=2, model="l4")
+    result = plan(snapshot([memory], triggers=[trigger], claims=[unknown]), CONFIG)
+    assert created_for(result) == {"kai-mem"}
+    small = copy.deepcopy(claim)
+    small["metadata"]["labels"]["karpenter.k8s.aws/instance-gpu-memory"] = "16384"
+    result = plan(snapshot([memory], triggers=[trigger], claims=[small]), CONFIG)
+    assert created_for(result) == {"kai-mem"}
+    # nor when the NodeClaim is Ready: its free GPUs are the scheduler's to hand out
+    ready = copy.deepcopy(claim)
+    ready["status"]["conditions"] = [
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-21T12:00:00Z"}
+    ]
+    result = plan(snapshot([memory], triggers=[trigger], claims=[ready]), CONFIG)
+    assert not [s for s in result.statuses if s.status.trigger == "gpu-intent-system/gi-l4"]

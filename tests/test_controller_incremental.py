@@ -34,6 +34,7 @@ TRIGGERS = Kind.TRIGGERS
 NS = "gpu-intent-system"
 START = datetime(2026, 11, 21, 12, 0, 5, tzinfo=UTC)
 MODELS = ("t4", "l4", "a100", None)
+GPU_MEMORY_LABEL = "karpenter.k8s.aws/instance-gpu-memory"
 POOL_NAMES = ("gpu-standard", "gpu-large", None, "nowhere")
 
 
@@ -277,6 +278,9 @@ class World:
                 node=f"node-{name}" if kind == "ready" else None,
                 deleting=kind == "deleting",
             )
+            # launched: the instance type's labels, its GPU memory among them (KAI's pods
+            # of no model may then borrow its spare GPUs, `controller.plan._borrow`)
+            claim["metadata"]["labels"][GPU_MEMORY_LABEL] = rng.choice(["16384", "22888"])
             claim["metadata"]["resourceVersion"] = self.next_rv()
             self.claims[name] = claim
             self.state.apply(NODECLAIMS, "MODIFIED", claim)
@@ -622,3 +626,38 @@ def test_a_kai_trigger_of_no_model_made_alone_withdraws_another_partitions_trigg
     want = plan(snapshot(world.state, world.memory, world.now), config)
     assert [type(d.why).__name__ for d in want.deletes] == ["Withdrawn"]
     assert normal(done.plan) == normal(want)
+
+
+def test_a_kai_pod_of_no_model_borrowing_another_partitions_capacity_is_planned_whole() -> None:
+    """A memory-only KAI pod borrows the spare GPUs of an L4 trigger on its way whose own
+    pods are gone (`controller.plan._borrow`): the two partitions are planned together,
+    as in a fresh plan."""
+    config = PlanConfig(trigger=TriggerSettings(namespace=NS))
+    world = World(random.Random(0), config)
+    world.expecting = False
+    l4 = gpu_pod("a", "2", model="l4")
+    l4["metadata"]["resourceVersion"] = world.next_rv()
+    world.pods["a"] = l4
+    world.state.apply(PENDING_PODS, "ADDED", l4)
+    planner = IncrementalPlanner(world.state, world.memory, config)
+    world.apply_plan()
+    (name,) = world.triggers
+    trigger = copy.deepcopy(world.triggers[name])
+    claim = nodeclaim("nc-1", "gpu-standard", gpus=2, model="l4", launched=True)
+    claim["metadata"]["labels"][GPU_MEMORY_LABEL] = "22888"
+    claim["metadata"]["resourceVersion"] = world.next_rv()
+    world.state.apply(NODECLAIMS, "ADDED", claim)
+    trigger["metadata"]["annotations"]["gpu-intent.io/nodeclaim"] = "nc-1"
+    trigger["metadata"]["resourceVersion"] = world.next_rv()
+    world.write_trigger(trigger)
+    world.state.apply(PENDING_PODS, "DELETED", world.pods.pop("a"))
+    planner.run(world.now)
+    memory = gpu_pod("m", "0.1", extra_annotations={"gpu-intent.io/gpu-memory": "20000"})
+    memory["metadata"]["resourceVersion"] = world.next_rv()
+    world.pods["m"] = memory
+    world.state.apply(PENDING_PODS, "ADDED", memory)
+    done = planner.run(world.now)
+    want = plan(snapshot(world.state, world.memory, world.now), config)
+    assert not want.creates
+    assert [(s.ref.name, s.status.node_claim) for s in want.statuses] == [("m", "nc-1")]
+    assert done.whole and normal(done.plan) == normal(want)
