@@ -153,7 +153,8 @@ def _add_cover_flags(parser: argparse.ArgumentParser, plan: PlanConfig) -> None:
         metavar="SECONDS",
         help="how long a new trigger may wait, from when its oldest pod became "
         "Unschedulable, for the capacity on its way for KAI pods that could take its node "
-        f"first (0: never waits; default {plan.contest_seconds:g})",
+        "first; a KAI trigger Karpenter has not bought for yet is withdrawn for as long "
+        f"(0: never waits; default {plan.contest_seconds:g})",
     )
     parser.add_argument(
         "--max-triggers",
