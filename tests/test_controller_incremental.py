@@ -113,6 +113,12 @@ class World:
         self.rv += 1
         return str(self.rv)
 
+    def add_pod(self, obj: dict[str, Any]) -> None:
+        """A pending pod created through the API: stored, and seen by the cache."""
+        obj["metadata"]["resourceVersion"] = self.next_rv()
+        self.pods[obj["metadata"]["name"]] = obj
+        self.state.apply(PENDING_PODS, "ADDED", obj)
+
     def new_pod(self) -> None:
         rng = self.rng
         self.serial += 1
@@ -611,17 +617,13 @@ def test_a_kai_trigger_of_no_model_made_alone_withdraws_another_partitions_trigg
     world = World(random.Random(0), config)
     world.expecting = False
     a100 = gpu_pod("a", "0.25", model="a100", pool="gpu-large")
-    a100["metadata"]["resourceVersion"] = world.next_rv()
-    world.pods["a"] = a100
-    world.state.apply(PENDING_PODS, "ADDED", a100)
+    world.add_pod(a100)
     planner = IncrementalPlanner(world.state, world.memory, config)
     world.apply_plan()
     assert len(world.triggers) == 1
     assert not planner.run(world.now).plan.creates
     memory = gpu_pod("m", "0.1", extra_annotations={"gpu-intent.io/gpu-memory": "20000"})
-    memory["metadata"]["resourceVersion"] = world.next_rv()
-    world.pods["m"] = memory
-    world.state.apply(PENDING_PODS, "ADDED", memory)
+    world.add_pod(memory)
     done = planner.run(world.now)
     want = plan(snapshot(world.state, world.memory, world.now), config)
     assert [type(d.why).__name__ for d in want.deletes] == ["Withdrawn"]
@@ -636,9 +638,7 @@ def test_a_kai_pod_of_no_model_borrowing_another_partitions_capacity_is_planned_
     world = World(random.Random(0), config)
     world.expecting = False
     l4 = gpu_pod("a", "2", model="l4")
-    l4["metadata"]["resourceVersion"] = world.next_rv()
-    world.pods["a"] = l4
-    world.state.apply(PENDING_PODS, "ADDED", l4)
+    world.add_pod(l4)
     planner = IncrementalPlanner(world.state, world.memory, config)
     world.apply_plan()
     (name,) = world.triggers
@@ -653,9 +653,7 @@ def test_a_kai_pod_of_no_model_borrowing_another_partitions_capacity_is_planned_
     world.state.apply(PENDING_PODS, "DELETED", world.pods.pop("a"))
     planner.run(world.now)
     memory = gpu_pod("m", "0.1", extra_annotations={"gpu-intent.io/gpu-memory": "20000"})
-    memory["metadata"]["resourceVersion"] = world.next_rv()
-    world.pods["m"] = memory
-    world.state.apply(PENDING_PODS, "ADDED", memory)
+    world.add_pod(memory)
     done = planner.run(world.now)
     want = plan(snapshot(world.state, world.memory, world.now), config)
     assert not want.creates
