@@ -188,7 +188,7 @@ class _Pass:
     #: Each group's live triggers, most progressed first (`_allocate`).
     supplies: dict[GroupKey, list[TriggerInfo]] = field(default_factory=dict)
     #: Spare GPUs KAI's groups of no model may borrow (`_borrow`), computed on first
-    #: need: [trigger, its NodeClaim, spare GPUs], by NodePool.
+    #: need (`_lendable`), by NodePool.
     lendable: dict[str, list[_Lend]] | None = None
     #: Bins of KAI's pods of no model placed in another group's trigger, by trigger.
     borrowed: defaultdict[PodRef, list[Bin]] = field(default_factory=lambda: defaultdict(list))
