@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
 from itertools import chain
+from typing import NamedTuple
 
 from controller.cache import InformerCache, Key, Kind, parse_served_pod, pool_label_keys
 from controller.capacity import fresh_claims, nodes_to_label
@@ -75,6 +76,17 @@ class _Memo:
     time_sensitive: bool
 
 
+class _Contestable(NamedTuple):
+    """What KAI's capacity on its way may do to a partition's pending pods
+    (`IncrementalPlanner._contestable`): hold back those of a layer whose nodes KAI's
+    pods run on, or of none, that name a model (``shared``); hold back KAI's own that
+    name one (``own``); be borrowed by KAI's of no model (``roaming``)."""
+
+    shared: bool = False
+    own: bool = False
+    roaming: bool = False
+
+
 @dataclasses.dataclass(slots=True)
 class _Partition:
     pods: dict[Key, Pod] = dataclasses.field(default_factory=dict)
@@ -83,7 +95,7 @@ class _Partition:
     version: int = 0
     memo: _Memo | None = None
     #: (``version``, `IncrementalPlanner._contestable` at it)
-    contestable: tuple[int, tuple[bool, bool, bool]] = (-1, (False, False, False))
+    contestable: tuple[int, _Contestable] = (-1, _Contestable())
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -232,7 +244,7 @@ class IncrementalPlanner:
         # in other partitions that no NodeClaim was made for (`controller.plan._withdraw`).
         capacity = capacity or (
             any(c.group.model is None for c in session)
-            and any(self._contestable(p)[1] for p in self._parts.values())
+            and any(self._contestable(p).own for p in self._parts.values())
         )
         if self._coupled or split or competed or capacity:
             whole = self.snapshot(now, scheduled)
@@ -253,13 +265,11 @@ class IncrementalPlanner:
         merged = _merge(results, tuple(LabelNode(node, value) for node, value in labels))
         return Pass(merged, dict(self._phases), replanned, False, +self._unplaced)
 
-    def _contestable(self, part: _Partition) -> tuple[bool, bool, bool]:
-        """Whether pods of ``part`` that name a model may be held back by KAI's capacity
-        on its way (`controller.contests.contested`): (one of a layer whose nodes KAI's
-        pods run on, or of none, `controller.contests.shared_placements`; one of KAI's
-        own; `controller.contests.waits_as`), and whether KAI's pods of no model in it
-        may borrow that capacity (`controller.plan._borrow`); cached per partition
-        version."""
+    def _contestable(self, part: _Partition) -> _Contestable:
+        """What KAI's capacity on its way may do to ``part``'s pending pods: hold back
+        those that name a model (`controller.contests.contested`, by
+        `controller.contests.waits_as`), or be borrowed by KAI's of no model
+        (`controller.plan._borrow`); cached per partition version."""
         if part.contestable[0] != part.version:
             placements = self._config.placement
             session = session_placements(placements)
@@ -272,8 +282,8 @@ class IncrementalPlanner:
                     kinds.add(waits_as(placement, placements))
                 elif placement in session:
                     kinds.add("roaming")
-            own = "own" in kinds
-            part.contestable = (part.version, ("shared" in kinds, own, "roaming" in kinds))
+            found = _Contestable("shared" in kinds, "own" in kinds, "roaming" in kinds)
+            part.contestable = (part.version, found)
         return part.contestable[1]
 
     def _contested(self) -> bool:
@@ -282,8 +292,8 @@ class IncrementalPlanner:
         or KAI's own naming one while some of that capacity names none; or whether
         KAI's pods of no model may borrow some of it that names a model."""
         kinds = [self._contestable(p) for p in self._parts.values()]
-        shared, own = any(k[0] for k in kinds), any(k[1] for k in kinds)
-        if any(k[2] for k in kinds) and contesting(
+        shared, own = any(k.shared for k in kinds), any(k.own for k in kinds)
+        if any(k.roaming for k in kinds) and contesting(
             chain.from_iterable(p.triggers.values() for n, p in self._parts.items() if n[0]),
             self._claims,
             self._config.placement,

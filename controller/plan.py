@@ -488,16 +488,9 @@ def _fill(
     new trigger (`_new_trigger`) unless a cap or the cooldown holds it back
     (`_held_back`; its pods are then told ``Waiting`` and why). Returns the bins each
     live trigger serves, by trigger."""
-    pods = work.groups.get(key, [])
-    work.demand[key] = sum((gpu_need(p.intent) for p in pods), Decimal(0))
-    capacity = TriggerCapacity(supply)
+    work.demand[key] = sum((gpu_need(p.intent) for p in work.groups.get(key, [])), Decimal(0))
     served: dict[PodRef, list[Bin]] = defaultdict(list)
-    pods, stayed = _stay(work, supply, pods, capacity, served)
-    for bin_ in sorted(pack(pods, into=stayed), key=lambda b: (-b.size, b.pods[0].ref)):
-        holder = capacity.take(bin_.size)
-        if holder is not None:
-            served[holder.ref].append(bin_)
-            continue
+    for bin_ in _place_own(work, key, supply, TriggerCapacity(supply), served):
         if _borrow(config, work, key, bin_):
             continue
         hold = _held_back(snapshot, config, work, key, bin_)
@@ -557,15 +550,34 @@ def _lendable(config: PlanConfig, work: _Pass) -> dict[str, list[_Lend]]:
 
 def _own_spare(work: _Pass, key: GroupKey, supply: Sequence[TriggerInfo]) -> list[int]:
     """The spare GPUs each of ``supply`` (group ``key``'s live triggers) has once the
-    group's own pods are placed as `_fill` places them (staying pods first, then bins
-    largest first, most progressed trigger first). Pure: nothing is told or bought.
-    Withdrawing the group's unlinked triggers (`_withdraw`) leaves its linked ones'
-    spare as it is: their pods go to the linked ones first either way."""
+    group's own pods are placed as `_fill` places them (`_place_own`). Pure: nothing is
+    told or bought. Withdrawing the group's unlinked triggers (`_withdraw`) leaves its
+    linked ones' spare as it is: their pods go to the linked ones first either way."""
     capacity = TriggerCapacity(supply)
-    pods, stayed = _stay(work, supply, work.groups.get(key, []), capacity, defaultdict(list))
-    for bin_ in sorted(pack(pods, into=stayed), key=lambda b: (-b.size, b.pods[0].ref)):
-        capacity.take(bin_.size)
+    _place_own(work, key, supply, capacity, defaultdict(list))
     return [capacity.spare(i) for i in range(len(supply))]
+
+
+def _place_own(
+    work: _Pass,
+    key: GroupKey,
+    supply: Sequence[TriggerInfo],
+    capacity: TriggerCapacity,
+    served: dict[PodRef, list[Bin]],
+) -> list[Bin]:
+    """Place group ``key``'s pods in its live triggers' GPUs (``capacity`` over
+    ``supply``): staying pods first (`_stay`), then the bins packed, largest first, each
+    into the first trigger with room, whatever its size (``served``, by trigger).
+    Returns the bins no trigger had room for, largest first."""
+    pods, stayed = _stay(work, supply, work.groups.get(key, []), capacity, served)
+    left: list[Bin] = []
+    for bin_ in sorted(pack(pods, into=stayed), key=lambda b: (-b.size, b.pods[0].ref)):
+        holder = capacity.take(bin_.size)
+        if holder is None:
+            left.append(bin_)
+        else:
+            served[holder.ref].append(bin_)
+    return left
 
 
 def _stay(
