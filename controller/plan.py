@@ -124,6 +124,7 @@ from controller.reasons import (
 from controller.triggers import LINKED_REASON, trigger_name, trigger_pod
 from intent.contract import Phase, Source
 from intent.keys import NVIDIA_GPU, UNSCHEDULABLE
+from intent.providers import model_requirements
 
 # `PlanConfig` lives in `controller.decisions`; the command (`gpu_intent`) imports it
 # from here.
@@ -140,8 +141,9 @@ __all__ = [
 
 @dataclass(slots=True)
 class _Lend:
-    """A trigger of KAI's group of a model whose NodeClaim (``claim``) is on its way, and
-    the GPUs its own pods leave (``spare``, whole GPUs), which `_borrow` lends out."""
+    """A trigger of one of KAI's groups whose NodeClaim (``claim``) is on its way, and
+    the GPUs its own group's pods leave (``spare``, whole GPUs), which `_borrow` lends
+    to KAI's other groups on its NodePool."""
 
     trigger: TriggerInfo
     claim: NodeClaimInfo
@@ -187,11 +189,14 @@ class _Pass:
     contests: list[Contest] = field(default_factory=list)
     #: Each group's live triggers, most progressed first (`_allocate`).
     supplies: dict[GroupKey, list[TriggerInfo]] = field(default_factory=dict)
-    #: Spare GPUs KAI's groups of no model may borrow (`_borrow`), computed on first
-    #: need (`_lendable`), by NodePool.
+    #: Spare GPUs KAI's groups may borrow from one another (`_borrow`), computed on
+    #: first need (`_lendable`), by NodePool.
     lendable: dict[str, list[_Lend]] | None = None
-    #: Bins of KAI's pods of no model placed in another group's trigger, by trigger.
+    #: Bins of KAI's pods placed in another group's trigger, by trigger.
     borrowed: defaultdict[PodRef, list[Bin]] = field(default_factory=lambda: defaultdict(list))
+    #: The spare GPUs each live trigger of a group `_fill` has allocated kept (by
+    #: trigger): what the group lends (`_lendable`) once its own pods are placed.
+    kept: dict[PodRef, int] = field(default_factory=dict)
 
     def tell(self, pod: PendingPod | InvalidPod, why: StatusReason) -> None:
         """Tell ``pod`` the status ``why`` makes (`controller.statuses.told`, and record
@@ -400,9 +405,10 @@ def _failures(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> None:
 def _allocate(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> None:
     """Allocate (module doc, 2, 3 and 7): group by group (KAI's first, of no model first,
     then in `GroupKey.sort_key` order), the group's demand is bought (`_fill`: bins into the
-    spare GPUs of its live triggers, most progressed first, else new triggers within the
-    caps), then each of its live triggers settled (`_settle`: failed, unneeded, or its
-    pods told its progress). What KAI's groups buy joins ``work.contests``."""
+    spare GPUs of its live triggers, most progressed first, then those KAI's other groups
+    lend, else new triggers within the caps); once every group is, each live trigger is
+    settled (`_settle`: failed, unneeded, or its pods, its own group's and borrowers',
+    told its progress). What KAI's groups buy joins ``work.contests``."""
     work.budget = config.max_triggers - len(work.live) - snapshot.live_elsewhere
     work.pool_live = defaultdict(int, snapshot.live_elsewhere_by_pool)
     by_group: dict[GroupKey, list[TriggerInfo]] = defaultdict(list)
@@ -422,12 +428,15 @@ def _allocate(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> None:
             by_group.get(key, []),
             key=lambda t: (-_progress(work.claim_of[t.ref]), t.created or datetime.min, t.ref),
         )
+    filled: list[tuple[list[TriggerInfo], dict[PodRef, list[Bin]]]] = []
     for key in keys:
         supply = _withdraw(snapshot, config, work, key, work.supplies[key])
         created = len(work.creates)
-        served = _fill(snapshot, config, work, key, supply)
+        filled.append((supply, _fill(snapshot, config, work, key, supply)))
         if is_session(key, config.placement):
             work.contests.extend(of_create(c, snapshot.now) for c in work.creates[created:])
+    # Settled once every group is filled: a group after may borrow a trigger's spare.
+    for supply, served in filled:
         for trigger in supply:
             bins = served.get(trigger.ref, []) + work.borrowed.pop(trigger.ref, [])
             _settle(snapshot, config, work, trigger, bins)
@@ -490,7 +499,10 @@ def _fill(
     live trigger serves, by trigger."""
     work.demand[key] = sum((gpu_need(p.intent) for p in work.groups.get(key, [])), Decimal(0))
     served: dict[PodRef, list[Bin]] = defaultdict(list)
-    for bin_ in _place_own(work, key, supply, TriggerCapacity(supply), served):
+    capacity = TriggerCapacity(supply)
+    left = _place_own(work, key, supply, capacity, served)
+    work.kept.update((t.ref, capacity.spare(i)) for i, t in enumerate(supply))
+    for bin_ in left:
         if _borrow(config, work, key, bin_):
             continue
         hold = _held_back(snapshot, config, work, key, bin_)
@@ -503,22 +515,28 @@ def _fill(
 
 
 def _borrow(config: PlanConfig, work: _Pass, key: GroupKey, bin_: Bin) -> bool:
-    """Place ``bin_`` of KAI's group ``key`` of no model in the spare GPUs of a trigger of
-    another KAI group on its NodePool whose NodeClaim is on its way (linked, not Ready)
-    and hosts its pods (`controller.capacity.claim_hosts`): KAI puts its pods on any
-    node they fit, so when KAI's fractions of the pool took the L4 node bought for
-    memory-only pods, the fractions' own NodeClaim, still coming, has the room those
-    pods need; buying them another node would leave one empty. The spare is what the
-    lending group's own pods leave (`_own_spare`). Returns whether it was placed; its
+    """Place ``bin_`` of KAI's group ``key`` in the spare GPUs of a trigger of another
+    KAI group on its NodePool whose NodeClaim is on its way (linked, not Ready) and is
+    known to host its pods: its launched instance's labels say the GPU the group needs
+    (`intent.providers.model_requirements`: model, memory) and meet the rest
+    (`controller.capacity.claim_hosts`). KAI puts its pods on any node they fit, so
+    when KAI's fractions of the pool took the L4 node bought for memory-only pods, the
+    fractions' own NodeClaim, still coming, has the room those pods need, and when the
+    memory-only pods went elsewhere their NodeClaim has the room of the fractions they
+    displaced; buying another node would leave one empty. The spare is what the
+    lending group's own pods leave (`_lendable`). Returns whether it was placed; its
     pods are then told of that trigger (``work.borrowed``)."""
-    if key.model is not None or not is_session(key, config.placement):
+    if not is_session(key, config.placement):
         return False
     if work.lendable is None:
         work.lendable = _lendable(config, work)
     profile = config.trigger.profile
+    gpu = model_requirements(profile, key.model, key.min_memory_mib)
     for lend in work.lendable.get(key.pool, ()):
-        if lend.spare < bin_.size:
+        if lend.spare < bin_.size or lend.trigger.group == key:
             continue
+        if not all(r["key"] in lend.claim.labels for r in gpu):
+            continue  # not launched yet: which GPU it brings is not known
         if all(claim_hosts(lend.claim, key, pod, profile) for pod in bin_.pods):
             lend.spare -= bin_.size
             work.borrowed[lend.trigger.ref].append(bin_)
@@ -527,12 +545,13 @@ def _borrow(config: PlanConfig, work: _Pass, key: GroupKey, bin_: Bin) -> bool:
 
 
 def _lendable(config: PlanConfig, work: _Pass) -> dict[str, list[_Lend]]:
-    """The triggers of KAI's groups of a model whose NodeClaim is on its way, each with
-    the GPUs its own group's pods leave spare (`_own_spare`), by NodePool, in the
-    groups' order then the supply's."""
+    """The triggers of KAI's groups whose NodeClaim is on its way, each with the GPUs
+    its own group's pods leave spare, by NodePool, in the groups' order then the
+    supply's: what `_fill` kept of a group it has allocated (``work.kept``), else what
+    placing the group's own pods as `_fill` will leaves (`_own_spare`)."""
     out: dict[str, list[_Lend]] = defaultdict(list)
     for key, supply in sorted(work.supplies.items(), key=lambda kv: kv[0].sort_key()):
-        if key.model is None or not is_session(key, config.placement):
+        if not is_session(key, config.placement):
             continue
         on_way = [
             (i, claim)
@@ -543,7 +562,10 @@ def _lendable(config: PlanConfig, work: _Pass) -> dict[str, list[_Lend]]:
         ]
         if not on_way:
             continue
-        spare = _own_spare(work, key, supply)
+        if all(supply[i].ref in work.kept for i, _ in on_way):
+            spare = {i: work.kept[supply[i].ref] for i, _ in on_way}
+        else:
+            spare = dict(enumerate(_own_spare(work, key, supply)))
         out[key.pool].extend(_Lend(supply[i], claim, spare[i]) for i, claim in on_way if spare[i])
     return out
 

@@ -209,7 +209,10 @@ def test_kai_memory_pods_take_the_spare_of_kai_capacity_on_its_way_on_their_pool
     assert created_for(result) == set() and result.deletes == ()
     told = {s.ref.name: s.status for s in result.statuses}
     assert told["kai-mem"].phase == "Provisioning"
-    assert (told["kai-mem"].trigger, told["kai-mem"].node_claim) == ("gpu-intent-system/gi-l4", "nc-l4")
+    assert (told["kai-mem"].trigger, told["kai-mem"].node_claim) == (
+        "gpu-intent-system/gi-l4",
+        "nc-l4",
+    )
     # none while the fractions' own pods still need every GPU of it
     still = plan(snapshot([l4, memory], triggers=[trigger], claims=[claim]), CONFIG)
     assert created_for(still) == {"kai-mem"}
@@ -229,3 +232,46 @@ def test_kai_memory_pods_take_the_spare_of_kai_capacity_on_its_way_on_their_pool
     ]
     result = plan(snapshot([memory], triggers=[trigger], claims=[ready]), CONFIG)
     assert not [s for s in result.statuses if s.status.trigger == "gpu-intent-system/gi-l4"]
+
+
+def test_kai_fractions_take_the_spare_of_kai_memory_capacity_their_pods_left() -> None:
+    """The memory-only pods a NodeClaim is on its way for went to another node (KAI put
+    them on the first one they fit), and KAI's L4 fractions that took their first node
+    are pending again: the NodeClaim still coming has their room, so they are told of
+    it and nothing is bought (a node bought for them would come up empty, real run 15),
+    and the memory pods' trigger is kept while it serves them."""
+    memory = kai_memory_pod("kai-mem", 20000)
+    trigger = live_trigger(plan(snapshot([memory]), CONFIG), name="gi-mem", node_claim="nc-mem")
+    claim = nodeclaim("nc-mem", "gpu-standard", gpus=1)
+    # launched: Karpenter has put the instance type's labels on it (a g6.12xlarge)
+    claim["metadata"]["labels"].update(
+        {
+            "karpenter.k8s.aws/instance-gpu-name": "l4",
+            "karpenter.k8s.aws/instance-gpu-memory": "22888",
+        }
+    )
+    fractions = [gpu_pod(f"kai-l4-{i}", "0.5", model="l4") for i in range(2)]
+    result = plan(snapshot(fractions, triggers=[trigger], claims=[claim]), CONFIG)
+    assert created_for(result) == set() and result.deletes == ()
+    told = {s.ref.name: s.status for s in result.statuses}
+    assert {(t.phase, t.trigger, t.node_claim) for t in told.values()} == {
+        ("Provisioning", "gpu-intent-system/gi-mem", "nc-mem")
+    }
+    assert set(told) == {"kai-l4-0", "kai-l4-1"}
+    # none while the memory pod still needs the GPU: the fractions are bought for
+    result = plan(snapshot([memory, *fractions], triggers=[trigger], claims=[claim]), CONFIG)
+    assert created_for(result) == {"kai-l4-0", "kai-l4-1"}
+    # nor when the instance launched is not known yet, or brings another GPU
+    unknown = nodeclaim("nc-mem", "gpu-standard", gpus=1)
+    result = plan(snapshot(fractions, triggers=[trigger], claims=[unknown]), CONFIG)
+    assert created_for(result) == {"kai-l4-0", "kai-l4-1"}
+    other = copy.deepcopy(claim)
+    other["metadata"]["labels"]["karpenter.k8s.aws/instance-gpu-name"] = "l40s"
+    result = plan(snapshot(fractions, triggers=[trigger], claims=[other]), CONFIG)
+    assert created_for(result) == {"kai-l4-0", "kai-l4-1"}
+    # nor for pods of a layer KAI does not place: tensor-fusion's L4 pod waits for KAI's
+    # capacity on its way (`contested`), not on it
+    tf = gpu_pod("tf-l4", "1", model="l4", source=TF)
+    result = plan(snapshot([tf], triggers=[trigger], claims=[claim]), CONFIG)
+    assert held(result, "tf-l4") is not None
+    assert not [s for s in result.statuses if s.status.trigger == "gpu-intent-system/gi-mem"]

@@ -659,3 +659,34 @@ def test_a_kai_pod_of_no_model_borrowing_another_partitions_capacity_is_planned_
     assert not want.creates
     assert [(s.ref.name, s.status.node_claim) for s in want.statuses] == [("m", "nc-1")]
     assert done.whole and normal(done.plan) == normal(want)
+
+
+def test_a_kai_fraction_borrowing_a_no_model_partitions_capacity_is_planned_whole() -> None:
+    """KAI's L4 fractions borrow the spare GPUs of a memory-only trigger on its way whose
+    own pods are gone (`controller.plan._borrow`): the two partitions are planned
+    together, as in a fresh plan."""
+    config = PlanConfig(trigger=TriggerSettings(namespace=NS))
+    world = World(random.Random(0), config)
+    world.expecting = False
+    memory = gpu_pod("m", "0.1", extra_annotations={"gpu-intent.io/gpu-memory": "20000"})
+    world.add_pod(memory)
+    planner = IncrementalPlanner(world.state, world.memory, config)
+    world.apply_plan()
+    (name,) = world.triggers
+    trigger = copy.deepcopy(world.triggers[name])
+    claim = nodeclaim("nc-1", "gpu-standard", gpus=1, model="l4", launched=True)
+    claim["metadata"]["labels"][GPU_MEMORY_LABEL] = "22888"
+    claim["metadata"]["labels"]["karpenter.k8s.aws/instance-gpu-name"] = "l4"
+    claim["metadata"]["resourceVersion"] = world.next_rv()
+    world.state.apply(NODECLAIMS, "ADDED", claim)
+    trigger["metadata"]["annotations"]["gpu-intent.io/nodeclaim"] = "nc-1"
+    trigger["metadata"]["resourceVersion"] = world.next_rv()
+    world.write_trigger(trigger)
+    world.state.apply(PENDING_PODS, "DELETED", world.pods.pop("m"))
+    planner.run(world.now)
+    world.add_pod(gpu_pod("f", "0.5", model="l4"))
+    done = planner.run(world.now)
+    want = plan(snapshot(world.state, world.memory, world.now), config)
+    assert not want.creates
+    assert [(s.ref.name, s.status.node_claim) for s in want.statuses] == [("f", "nc-1")]
+    assert done.whole and normal(done.plan) == normal(want)
