@@ -9,9 +9,10 @@ the results into statuses and trigger specs.
   count as demand again at once. A cover outlives its period while the schedulers are
   still binding pods we served (`cover_holds`), up to a hard limit.
 - **Free GPUs of new nodes** (`place_on_free`): what the held covers leave of a NodeClaim
-  bought for our triggers (it carries their marker, `controller.model.TRIGGER_MARKER_KEY`)
   that turned Ready within the cover period takes pending pods it can host, before any
-  trigger is made.
+  trigger is made: one bought for our triggers (it carries their marker,
+  `controller.model.TRIGGER_MARKER_KEY`), or one Karpenter bought for native pods that
+  went elsewhere, unless it nominated a pod we do not see onto it (`fresh`).
 - **Refused nodes** (`nodes_to_label`): the pods a trigger stands for are Unschedulable,
   so their own scheduler refused every node that exists, even where Karpenter sees free
   ``nvidia.com/gpu`` (HAMi's device plugin advertises 10 per GPU, REFERENCE.md section
@@ -23,13 +24,13 @@ the results into statuses and trigger specs.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from decimal import Decimal
 
 from controller import placement
 from controller.model import GroupKey, PendingPod, PodRef, TriggerInfo, parse_time
-from controller.nodes import NodeClaimInfo, NodeInfo, NodePoolInfo, node_label_value
+from controller.nodes import NodeClaimInfo, NodeInfo, NodePoolInfo, Nomination, node_label_value
 from controller.packing import gpu_need, largest_need_first
 from controller.triggers import LINKED_REASON
 from intent.contract import Phase
@@ -99,18 +100,36 @@ def fresh(
     cover: float,
     cover_max: float | None = None,
     last_bind: datetime | None = None,
+    foreign: Collection[str] = (),
 ) -> bool:
-    """Whether ``claim`` was bought for our triggers and turned Ready within a cover
-    (`cover_holds` from its Ready time): its free GPUs are ours to place pods on. Its
-    own pods may have been bound elsewhere by their scheduler, and the pods bound to
-    it may have been covered on another NodeClaim: its free GPUs must stay theirs as
-    long as their covers hold."""
+    """Whether ``claim`` turned Ready within a cover (`cover_holds` from its Ready time):
+    its free GPUs are ours to place pods on. Its own pods may have been bound elsewhere
+    by their scheduler, and the pods bound to it may have been covered on another
+    NodeClaim: its free GPUs must stay theirs as long as their covers hold. That holds
+    as well for one Karpenter bought for native pods (no trigger's marker): when
+    kube-scheduler binds them to nodes bought for our triggers, KAI's session takes
+    the GPUs of theirs (real run 16: two L4 NodeClaims bought again for KAI's pods came
+    up empty while three such nodes had 10 GPUs free). The GPUs of native pods still
+    pending that Karpenter nominated onto it are not free (`held_covers` ``reserved``),
+    and one of those Karpenter nominated a pod of a namespace that did not opt in onto
+    (``foreign``, `foreign_claims`) is not ours at all: that pod's GPUs are not known."""
     return (
-        bool(claim.marked)
-        and claim.ready
+        claim.ready
         and not claim.deleting
         and claim.ready_since is not None
+        and (bool(claim.marked) or claim.name not in foreign)
         and cover_holds(claim.ready_since, now, cover, cover_max, last_bind)
+    )
+
+
+def foreign_claims(
+    nominations: Iterable[Nomination], ours: Collection[str], triggers: str
+) -> frozenset[str]:
+    """The NodeClaims Karpenter nominated a pod onto (its ``Nominated`` Events,
+    ``nominations``) whose namespace is neither one that opted in (``ours``) nor the
+    triggers' (``triggers``): pods we never see the GPUs of. Pure."""
+    return frozenset(
+        n.node_claim for n in nominations if n.pod[0] not in ours and n.pod[0] != triggers
     )
 
 
@@ -136,6 +155,7 @@ def held_covers(
     cover_max: float | None = None,
     last_bind: datetime | None = None,
     reserved: Mapping[str, Decimal] | None = None,
+    foreign: Collection[str] = (),
 ) -> tuple[set[PodRef], dict[str, Decimal]]:
     """The pods whose NodeReady cover still holds (left to their scheduler, out of
     planning), and the GPUs still free on the `fresh` NodeClaims (name -> GPUs, only
@@ -146,7 +166,7 @@ def held_covers(
     pending native pods Karpenter nominated onto it, by NodeClaim name,
     `controller.plan.native_reserved`). A cover (`cover_of`) holds only as far as that
     room goes, earliest covered first. ``cover``, ``cover_max``: seconds;
-    ``last_bind``: see `cover_holds`."""
+    ``last_bind``: see `cover_holds`; ``foreign``: see `fresh`."""
     room: dict[str, Decimal] = {}
     held_back = reserved or {}
 
@@ -168,7 +188,9 @@ def held_covers(
                 held.add(pod.ref)
                 room[name] -= need
     free = {
-        c.name: room_of(c) for c in claims.values() if fresh(c, now, cover, cover_max, last_bind)
+        c.name: room_of(c)
+        for c in claims.values()
+        if fresh(c, now, cover, cover_max, last_bind, foreign)
     }
     return held, {name: gpus for name, gpus in free.items() if gpus > 0}
 

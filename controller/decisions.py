@@ -133,6 +133,10 @@ class Snapshot:
     #: NodeClaim name (`controller.plan.native_reserved`, over every pending pod, not
     #: only this snapshot's): not room for the pods of a sharing layer.
     reserved: Mapping[str, Decimal] = field(default_factory=dict)
+    #: The namespaces that opted in: Karpenter's nominations of pods of any other
+    #: namespace (but the triggers') onto a NodeClaim not bought for our triggers keep
+    #: its GPUs from our pods (`controller.capacity.foreign_claims`).
+    opted_in: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

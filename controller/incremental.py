@@ -152,7 +152,7 @@ class IncrementalPlanner:
         self._nominations: dict[Key, Nomination] = {}
         self._undated = False
         self._covers: dict[Key, tuple[str, datetime]] = {}
-        self._opted_in: set[str] = set()
+        self._opted_in: frozenset[str] = frozenset()
         self._nodes: dict[str, NodeInfo] = {}
         self._used: dict[str, Decimal] = {}
         self._reserved: dict[str, Decimal] = {}
@@ -359,6 +359,7 @@ class IncrementalPlanner:
             self._memory.last_bind(),
             self._lost,
             self._reserved,
+            self._opted_in,
         )
 
     def _refresh_shared(self, now: datetime) -> tuple[bool, bool]:
@@ -413,10 +414,10 @@ class IncrementalPlanner:
                 self._refusals = refusals
                 shared = True
         if seen[4] != before[4]:
-            opted_in = cache.opted_in()
+            opted_in = frozenset(cache.opted_in())
             if opted_in != self._opted_in:
                 self._opted_in = opted_in
-                reparse = True
+                reparse = shared = True
         if seen[5] != before[5]:
             nodes = cache.nodes()
             if nodes != self._nodes:

@@ -61,7 +61,13 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from controller import statuses
-from controller.capacity import claim_hosts, held_covers, nodes_to_label, place_on_free
+from controller.capacity import (
+    claim_hosts,
+    foreign_claims,
+    held_covers,
+    nodes_to_label,
+    place_on_free,
+)
 from controller.contests import Contest, contested, contesting, is_session, of_create
 from controller.decisions import (
     CreateTrigger,
@@ -261,6 +267,9 @@ def _classify(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> dict[str, 
         config.cover_max_seconds,
         snapshot.last_bind,
         snapshot.reserved,
+        foreign_claims(
+            snapshot.nominations.values(), snapshot.opted_in, config.trigger.namespace
+        ),
     )
     pools = PoolResolver(snapshot.nodepools, config)
     for pod in snapshot.pods:  # order-free: packing sorts what it packs

@@ -50,4 +50,5 @@ def snapshot(cache: InformerCache, memory: Memory, now: datetime) -> Snapshot:
         last_bind=memory.last_bind(),
         lost=memory.lost_claims(),
         reserved=native_reserved(pods, nominations),
+        opted_in=frozenset(cache.opted_in()),
     )

@@ -8,9 +8,16 @@ from decimal import Decimal
 
 from controller_fixtures import gpu_pod, nodeclaim, nodepool
 
-from controller.capacity import claim_hosts, cover_holds, fresh, held_covers, place_on_free
+from controller.capacity import (
+    claim_hosts,
+    cover_holds,
+    foreign_claims,
+    fresh,
+    held_covers,
+    place_on_free,
+)
 from controller.model import GroupKey, PendingPod, parse_pending_pod
-from controller.nodes import parse_nodeclaim, parse_nodepool
+from controller.nodes import Nomination, parse_nodeclaim, parse_nodepool
 from intent.providers import AWS
 
 NOW = datetime(2026, 11, 21, 12, 0, 5, tzinfo=UTC)
@@ -39,9 +46,23 @@ def ready_claim(name: str, gpus: int, *, model: str = "l4", marked: bool = True,
     return parse_nodeclaim(obj)
 
 
-def test_a_nodeclaim_is_fresh_only_when_bought_for_us_and_ready_within_the_cover() -> None:
+def test_a_nodeclaim_is_fresh_only_when_ready_within_the_cover_and_no_unseen_pod_is_nominated() -> (
+    None
+):
     assert fresh(ready_claim("a", 1), NOW, 60)
-    assert not fresh(ready_claim("b", 1, marked=False), NOW, 60)  # not bought for us
+    # bought by Karpenter for native pods (no trigger's marker): its free GPUs are ours
+    # too, unless it nominated a pod of a namespace that did not opt in onto it
+    assert fresh(ready_claim("b", 1, marked=False), NOW, 60)
+    nominated = [
+        Nomination(("ml", "native"), "u1", "b", NOW),
+        Nomination(("gpu-intent-system", "gi-1"), "u2", "b", NOW),
+        Nomination(("other", "job"), "u3", "x", NOW),
+    ]
+    foreign = foreign_claims(nominated, {"ml"}, "gpu-intent-system")
+    assert foreign == {"x"}
+    assert fresh(ready_claim("b", 1, marked=False), NOW, 60, foreign=foreign)
+    assert not fresh(ready_claim("x", 1, marked=False), NOW, 60, foreign=foreign)
+    assert fresh(ready_claim("x", 1), NOW, 60, foreign=foreign)  # bought for our triggers
     assert not fresh(ready_claim("c", 1, age=61), NOW, 60)  # Ready too long ago
     # ... unless the schedulers are still binding a burst's pods (up to the max).
     binding = NOW - timedelta(seconds=3)

@@ -529,8 +529,17 @@ def test_nodes_and_new_nodeclaims_bought_for_us_are_planned_as_a_whole_plan_woul
         "status": {"conditions": [{"type": "Ready", "status": "True"}]},
     }
     world.state.apply(Kind.NODES, "ADDED", node)
-    # its NodeClaim, bought for no trigger of ours (a node waits for its NodeClaim)
-    own = nodeclaim("nc-n9", "gpu-standard", model="t4", node="n9", launched=True, ready=True)
+    # its NodeClaim, bought for no trigger of ours (a node waits for its NodeClaim),
+    # Ready for longer than a cover: its GPUs are not free for our pods (`fresh`)
+    own = nodeclaim(
+        "nc-n9",
+        "gpu-standard",
+        model="t4",
+        node="n9",
+        launched=True,
+        ready=True,
+        created=stamp(world.now - timedelta(seconds=600)),
+    )
     own["metadata"]["resourceVersion"] = world.next_rv()
     world.state.apply(NODECLAIMS, "ADDED", own)
     obj = gpu_pod("fresh", "1", model="t4", pool="gpu-standard")

@@ -47,6 +47,8 @@ from controller.triggers import TriggerSettings, condition_patch, trigger_name, 
 
 NOW = datetime(2026, 11, 21, 12, 0, 5, tzinfo=UTC)
 LATER = "2026-11-21T12:00:02Z"
+#: Longer before ``NOW`` than a cover (60 s): a NodeClaim Ready since then is not `fresh`.
+LONG_AGO = "2026-11-21T11:58:00Z"
 CONFIG = PlanConfig(
     trigger=TriggerSettings(namespace="gpu-intent-system"), default_nodepool="gpu-standard"
 )
@@ -447,7 +449,10 @@ def test_two_triggers_nominated_to_one_nodeclaim_both_link_to_it() -> None:
 def test_ready_nodeclaim_removes_the_trigger_after_telling_its_pods() -> None:
     pods = [gpu_pod("a", "0.5", model="l4"), gpu_pod("b", "0.5", model="l4")]
     trigger = live_trigger(plan(snapshot(pods), CONFIG), node_claim="nc-1")
-    claim = nodeclaim("nc-1", "gpu-standard", model="l4", ready=True, node="ip-10-0-0-1")
+    # Ready for longer than a cover: its free GPUs are not placed anew (`fresh`)
+    claim = nodeclaim(
+        "nc-1", "gpu-standard", model="l4", ready=True, node="ip-10-0-0-1", created=LONG_AGO
+    )
     result = plan(snapshot(pods, triggers=[trigger], claims=[claim]), CONFIG)
     assert {s.status.phase for s in result.statuses} == {NODE_READY}
     assert {s.status.node for s in result.statuses} == {"ip-10-0-0-1"}
@@ -715,8 +720,10 @@ def test_covers_hold_only_as_far_as_the_nodeclaims_gpus_have_room() -> None:
 def test_free_gpus_of_a_nodeclaim_bought_for_us_take_pending_pods_before_any_trigger() -> None:
     """A 2-GPU NodeClaim bought for our triggers turned Ready 5 s ago; 0.5 of it went to
     a pod found bound there. Pending quarter pods of its pool and model fill the 1.5
-    GPUs left (told NodeReady on it) and only the rest get a trigger. A NodeClaim that
-    is not ours, of another model, or Ready longer than the cover period takes none."""
+    GPUs left (told NodeReady on it) and only the rest get a trigger. So does one
+    Karpenter bought for native pods that went elsewhere (no trigger's marker); one
+    Karpenter nominated a pod we do not see onto (a namespace that did not opt in), of
+    another model, or Ready longer than the cover period takes none."""
     ours = nodeclaim(
         "nc-1",
         "gpu-standard",
@@ -734,8 +741,18 @@ def test_free_gpus_of_a_nodeclaim_bought_for_us_take_pending_pods_before_any_tri
     assert len(ready) == 6 and {s.status.node_claim for s in ready} == {"nc-1"}
     assert [len(c.serves) for c in result.creates] == [2]  # 0.5 GPU left: one trigger
     assert {r.name for c in result.creates for r in c.serves}.isdisjoint(s.ref.name for s in ready)
+    native = nodeclaim("nc-2", "gpu-standard", gpus=2, model="l4", ready=True, node="n2")
+    result = plan(replace(snapshot(pods, claims=[native]), opted_in=frozenset({"ml"})), CONFIG)
+    ready = [s for s in result.statuses if s.status.phase == NODE_READY]
+    assert len(ready) == 8 and {s.status.node_claim for s in ready} == {"nc-2"}
+    assert result.creates == ()
+    # Karpenter nominated a pod of a namespace that did not opt in onto it
+    unseen = {("batch", "job-0"): Nomination(("batch", "job-0"), "u", "nc-2", NOW)}
+    seen = {("ml", "native-0"): Nomination(("ml", "native-0"), "u", "nc-2", NOW)}
+    snap = replace(snapshot(pods, claims=[native]), opted_in=frozenset({"ml"}))
+    assert len(plan(replace(snap, nominations=unseen), CONFIG).creates) == 2
+    assert plan(replace(snap, nominations=seen), CONFIG).creates == ()
     for other in (
-        nodeclaim("nc-2", "gpu-standard", gpus=2, model="l4", ready=True, node="n2"),
         nodeclaim("nc-3", "gpu-standard", gpus=2, model="t4", ready=True, node="n3", marked=["x"]),
         nodeclaim(
             "nc-4",
@@ -784,7 +801,7 @@ def test_gpus_karpenter_nominated_to_a_native_pod_are_not_free_for_sharing_pods(
 
 
 def test_a_cover_the_executor_holds_works_without_the_status_annotation() -> None:
-    claim = nodeclaim("nc-1", "gpu-standard", model="l4", ready=True, node="n1")
+    claim = nodeclaim("nc-1", "gpu-standard", model="l4", ready=True, node="n1", created=LONG_AGO)
     pod = gpu_pod("a", "1", model="l4")
     snap = snapshot([pod], claims=[claim])
     covered = replace(snap, covers={("ml", "a"): ("nc-1", NOW - timedelta(seconds=5))})
