@@ -66,7 +66,7 @@ def check_answer(body: Any, answer: Any) -> str | None:
     assert response["allowed"] is True
     for warning in response.get("warnings", []):
         assert isinstance(warning, str) and len(warning) <= MAX_WARNING
-        assert warning.isprintable()
+        assert warning.isprintable(), repr(warning)
     if "patch" not in response:
         assert "patchType" not in response
         return None

@@ -287,6 +287,20 @@ def test_ambiguity_is_a_response_warning_and_a_rule_token() -> None:
     assert all(len(w) <= 120 for w in response["response"]["warnings"])
 
 
+def test_a_warning_quoting_a_pods_value_is_printable() -> None:
+    """A value of the pod quoted in a warning may hold a terminal escape (ESC): kubectl
+    prints warnings as they come, so every character that is not printable is a ``?``
+    (found by the fuzzer: ``chose 0 of 0,1\x1b``)."""
+    body = load("02-hami-gpumem-annotated.json")
+    pod = body["request"]["object"]
+    pod["metadata"]["annotations"]["nvidia.com/use-gputype"] = "A100,H100\x1b[2J"
+    warnings = review(body)["response"]["warnings"]
+    assert "gpu-intent: model: chose A100 of A100,H100?[2J (first listed in hami use-gputype)" in (
+        warnings
+    )
+    assert all(w.isprintable() and "\x1b" not in w for w in warnings)
+
+
 def test_users_gpus_annotation_is_kept_not_replaced() -> None:
     pod = gpu_pod({"name": "p", "annotations": {"gpu-intent.io/gpus": "0.25"}})
     admission = admit(make_review(pod))

@@ -178,7 +178,9 @@ def _response(uid: str, **extra: Any) -> AdmissionReviewResponse:
 
 
 def _warning(reason: str) -> str:
-    text = " ".join((WARNING_PREFIX + reason).split())  # one line, no control characters
+    # One line, printable: a pod's value may carry an escape (ESC, ``\x1b``), and kubectl
+    # prints warnings to the terminal as they come.
+    text = _printable(" ".join((WARNING_PREFIX + reason).split()))
     return text if len(text) <= MAX_WARNING else text[: MAX_WARNING - 3] + "..."
 
 
@@ -231,7 +233,11 @@ def pod_reference(request: Mapping[str, Any]) -> str:
     name = _text(metadata.get("name")) or _text(request.get("name"))
     if not name and _text(metadata.get("generateName")):
         name = f"{_text(metadata['generateName'])}*"
-    text = f"{namespace}/{name or '?'}"
+    return _printable(f"{namespace}/{name or '?'}")
+
+
+def _printable(text: str) -> str:
+    """``text`` with each character that is not printable (``str.isprintable``) as ``?``."""
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else "?" for c in text)
