@@ -87,6 +87,9 @@ class NodeInfo:
     requested: dict[str, Decimal] = field(default_factory=dict)
     gpu_used: list[float] = field(default_factory=list)
     plugin: deviceplugins.Plugin = "nvidia"  # the GPU agent serving the node
+    #: CPU and memory of its pods as kube-scheduler's scoring counts them
+    #: (`nonzero_requests`).
+    scored: dict[str, Decimal] = field(default_factory=dict)
 
     @property
     def hami(self) -> bool:
@@ -98,6 +101,8 @@ class NodeInfo:
         self.pods.append(info)
         for key, value in info.requests.items():
             self.requested[key] = self.requested.get(key, Decimal(0)) + value
+        for key, value in nonzero_requests(info).items():
+            self.scored[key] = self.scored.get(key, Decimal(0)) + value
 
     def refresh_gpus(self) -> None:
         """Recompute ``gpu_used`` from the pods (`sim.gpushare.usage`)."""
@@ -118,6 +123,19 @@ class NodeInfo:
                 copy.add(info)
         copy.refresh_gpus()
         return copy
+
+
+#: What kube-scheduler's scoring counts for a pod that requests no CPU or memory:
+#: ``DefaultMilliCPURequest`` (100m) and ``DefaultMemoryRequest`` (200 MiB),
+#: ``pkg/scheduler/util/pod_resources.go``; cores and bytes.
+NONZERO_DEFAULTS: Final = {"cpu": Decimal("0.1"), "memory": Decimal(200 * 1024 * 1024)}
+
+
+def nonzero_requests(info: PodInfo) -> dict[str, Decimal]:
+    """``info``'s CPU (cores) and memory (bytes) as kube-scheduler's scoring counts them
+    (``GetNonzeroRequests``): a request of zero counts as `NONZERO_DEFAULTS` (the real
+    one applies this per container; the sim per pod)."""
+    return {k: info.requests.get(k) or default for k, default in NONZERO_DEFAULTS.items()}
 
 
 def quantities(raw: Mapping[str, Any] | None) -> dict[str, Decimal]:

@@ -38,8 +38,10 @@ default plugins), stopping at the first failure:
    ``status.reservedFor``.
 
 Pods are tried in PrioritySort order (``spec.priority`` descending, then creation time);
-among the nodes that fit, the one with the most GPU share allocated wins, then the first
-by name (deterministic bin-packing in place of kube-scheduler's scoring). Within a pass,
+among the nodes that fit, the one `node_order` ranks first wins: for kube-scheduler its
+default scoring of CPU and memory (`kube_score`), for KAI the fewest idle GPUs, for the
+others the most GPU share allocated; ties go by name (the real ones pick at random).
+Within a pass,
 a pod identical to one just found unschedulable gets the same verdict without another
 walk over the nodes, until the next bind changes a node.
 
@@ -285,11 +287,53 @@ def _most_used(node: NodeInfo) -> tuple[float, str]:
     return (-sum(node.gpu_used), node.name)
 
 
+#: The resources kube-scheduler's default scoring weighs, weight 1 each
+#: (``pkg/scheduler/apis/config/v1/default_plugins.go``, NodeResourcesFit's default
+#: ``LeastAllocated`` strategy and NodeResourcesBalancedAllocation).
+SCORED_RESOURCES: Final = ("cpu", "memory")
+#: kube-scheduler's ``framework.MaxNodeScore``.
+MAX_NODE_SCORE: Final = 100
+
+
+def kube_score(info: PodInfo, node: NodeInfo) -> int:
+    """kube-scheduler's default score of ``node`` for ``info``, from its resource plugins
+    (weight 1 each), requests counted as `sim.filters.nonzero_requests` does:
+    NodeResourcesFit's ``LeastAllocated`` (the mean over
+    `SCORED_RESOURCES` of the share left free once the pod is placed, 0 to
+    `MAX_NODE_SCORE`; ``pkg/scheduler/framework/plugins/noderesources/least_allocated.go``)
+    plus NodeResourcesBalancedAllocation (`MAX_NODE_SCORE` times one minus the standard
+    deviation of those resources' requested shares; ``balanced_allocation.go``). No
+    extended resource counts: ``nvidia.com/gpu`` does not, so 1-GPU pods spread over
+    the nodes with the most CPU and memory free rather than fill one node's GPUs."""
+    least = 0
+    shares: list[float] = []
+    wanted = filters.nonzero_requests(info)
+    for name in SCORED_RESOURCES:
+        capacity = node.allocatable.get(name, Decimal(0))
+        requested = node.scored.get(name, Decimal(0)) + wanted[name]
+        if capacity <= 0:
+            shares.append(1.0)
+            continue
+        if requested <= capacity:
+            least += int((capacity - requested) * MAX_NODE_SCORE / capacity)
+        shares.append(min(float(requested / capacity), 1.0))
+    least //= len(SCORED_RESOURCES)
+    mean = sum(shares) / len(shares)
+    deviation = (sum((x - mean) ** 2 for x in shares) / len(shares)) ** 0.5
+    return least + int((1 - deviation) * MAX_NODE_SCORE)
+
+
+def _kube_order(info: PodInfo) -> Callable[[NodeInfo], tuple[int, str]]:
+    return lambda node: (-kube_score(info, node), node.name)
+
+
 def _fewest_idle(node: NodeInfo) -> tuple[int, float, str]:
     return (sum(1 for used in node.gpu_used if used <= 0), -sum(node.gpu_used), node.name)
 
 
-def node_order(scheduler: str) -> Callable[[NodeInfo], tuple[Any, ...]]:
+def node_order(
+    scheduler: str, info: PodInfo | None = None
+) -> Callable[[NodeInfo], tuple[Any, ...]]:
     """The key a scheduler's feasible nodes are sorted by, the first one taken.
 
     - ``kai-scheduler``: the fewest idle GPUs first (devices with nothing on them), as
@@ -297,11 +341,19 @@ def node_order(scheduler: str) -> Callable[[NodeInfo], tuple[Any, ...]]:
       GPUs of the fitting nodes (score 0) to the fewest (the highest;
       NVIDIA/KAI-Scheduler ``pkg/scheduler/plugins/nodeplacement``, its
       ``nodepack_test.go``): an 8-GPU node with 6 idle loses to a 4-GPU node with 4.
+    - ``default-scheduler`` (kube-scheduler) placing ``info``: the highest `kube_score`,
+      its default scoring of CPU and memory, which spreads pods (real run 17: eight
+      1-GPU T4 pods went to eight nodes, and the 4-GPU pods then fit none). Without
+      ``info``, as the others.
     - every other scheduler: the most GPU share used first (a GPU binpack; HAMi's
       default node policy is ``binpack``, HAMi ``pkg/scheduler/config/config.go``).
 
     Ties go by node name (the real schedulers break them at random)."""
-    return _fewest_idle if scheduler == "kai-scheduler" else _most_used
+    if scheduler == "kai-scheduler":
+        return _fewest_idle
+    if scheduler == "default-scheduler" and info is not None:
+        return _kube_order(info)
+    return _most_used
 
 
 class SimScheduler:
@@ -340,9 +392,17 @@ class SimScheduler:
         self._nodes: dict[str, tuple[tuple[str, str], NodeInfo]] = {}
         self._view = PodView(store)
         #: node -> ((PodView.node_version, node uid, node resourceVersion), its bound
-        #: pods' infos, their summed requests, the GPU share used on each device)
+        #: pods' infos, their summed requests, the GPU share used on each device, and
+        #: their CPU and memory as kube-scheduler's scoring counts them)
         self._bound: dict[
-            str, tuple[tuple[int, str, str], list[PodInfo], dict[str, Decimal], list[float]]
+            str,
+            tuple[
+                tuple[int, str, str],
+                list[PodInfo],
+                dict[str, Decimal],
+                list[float],
+                dict[str, Decimal],
+            ],
         ] = {}
         self._warned: set[tuple[str, str]] = set()
         self._rng = random.Random()
@@ -649,11 +709,12 @@ class SimScheduler:
                     continue
                 summed.add(self._info(pod) or PodInfo(pod, 0, {"pods": Decimal(1)}, None))
             summed.refresh_gpus()
-            cached = (version, summed.pods, summed.requested, summed.gpu_used)
+            cached = (version, summed.pods, summed.requested, summed.gpu_used, summed.scored)
             self._bound[name] = cached
         info.pods = list(cached[1])
         info.requested = dict(cached[2])
         info.gpu_used = list(cached[3])
+        info.scored = dict(cached[4])
         return info
 
     def _node_info(self, node: Obj) -> NodeInfo:
@@ -755,7 +816,7 @@ class SimScheduler:
             failed[key] = fit_error(info, nodes, statuses)
             self._unschedulable(info.pod, failed[key], token)
             return False
-        best = min(feasible, key=node_order(scheduler))
+        best = min(feasible, key=node_order(scheduler, info))
         assignment: gpushare.Assignment = ()
         annotations: dict[str, str] = {}
         if info.demand is not None and best.places_devices(info):

@@ -154,18 +154,32 @@ def test_binds_a_whole_gpu_pod_like_the_binding_subresource(store: Store) -> Non
     assert event["source"] == {"component": "default-scheduler"}
 
 
-def test_prefers_the_node_with_most_gpu_allocated_then_the_name(store: Store) -> None:
+def test_kube_scheduler_spreads_by_cpu_and_memory_hami_packs_gpus(store: Store) -> None:
+    """kube-scheduler scores CPU and memory only (LeastAllocated plus
+    BalancedAllocation), so a second 1-GPU pod goes to the emptier node, not next to the
+    first one's GPU; HAMi's binpack puts its second pod on the node whose GPUs are used."""
     add_node(store, "a", gpus=2)
     add_node(store, "b", gpus=2)
-    add_pod(store, "first", limits={"nvidia.com/gpu": "1"})
-    add_pod(store, "web", requests={"cpu": "1"})
+    add_pod(store, "first", limits={"nvidia.com/gpu": "1"}, requests={"cpu": "2"})
     SimScheduler(store).schedule_once()
-    assert get(store, "first")["spec"]["nodeName"] == "a"
-    add_node(store, "0-empty", gpus=2)
-    add_pod(store, "second", limits={"nvidia.com/gpu": "1"})
+    assert get(store, "first")["spec"]["nodeName"] == "a"  # a tie: the first by name
+    add_pod(store, "second", limits={"nvidia.com/gpu": "1"}, requests={"cpu": "2"})
     SimScheduler(store).schedule_once()
-    assert get(store, "second")["spec"]["nodeName"] == "a"  # bin-packs onto the used node
-    assert get(store, "second")["metadata"]["annotations"][gpushare.DEVICES_ANNOTATION] == "1:1"
+    assert get(store, "second")["spec"]["nodeName"] == "b"
+    # a pod that asks nothing counts as 100m and 200 MiB: it spreads as well
+    add_node(store, "c", gpus=2)
+    add_pod(store, "idle")
+    SimScheduler(store).schedule_once()
+    assert get(store, "idle")["spec"]["nodeName"] == "c"
+    hami_labels = dict(hami.NODE_SELECTOR)
+    add_node(store, "h1", gpus=10, labels=hami_labels)
+    add_node(store, "h2", gpus=10, labels=hami_labels)
+    vgpu = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}
+    add_pod(store, "v1", limits=vgpu, scheduler="hami-scheduler", requests={"cpu": "2"})
+    SimScheduler(store).schedule_once()
+    add_pod(store, "v2", limits=vgpu, scheduler="hami-scheduler", requests={"cpu": "2"})
+    SimScheduler(store).schedule_once()
+    assert get(store, "v1")["spec"]["nodeName"] == get(store, "v2")["spec"]["nodeName"]
 
 
 def test_packs_kai_fractions_on_one_device_and_rejects_the_third(store: Store) -> None:
@@ -643,9 +657,9 @@ def test_hami_pods_go_only_to_nodes_running_hamis_device_plugin(store: Store) ->
 def test_kai_takes_the_node_with_the_fewest_idle_gpus_others_the_most_used() -> None:
     """KAI's binpack scores a node by its idle GPUs (the fewest win, KAI
     nodeplacement's nodepack_test.go); the sim's other schedulers take the node with
-    the most GPU share used. An 8-GPU node with two half-used GPUs (6 idle) and a
-    4-GPU node with one half-used GPU (3 idle): KAI takes the 4-GPU one, the others
-    the 8 (more share used)."""
+    the most GPU share used (kube-scheduler too when no pod is given). An 8-GPU node
+    with two half-used GPUs (6 idle) and a 4-GPU node with one half-used GPU (3 idle):
+    KAI takes the 4-GPU one, the others the 8 (more share used)."""
     big = NodeInfo({}, "a-big", {}, [], gpu_used=[0.5, 0.5] + [0.0] * 6)
     small = NodeInfo({}, "b-small", {}, [], gpu_used=[0.5, 0.0, 0.0, 0.0])
     assert min((big, small), key=sim_scheduler.node_order("kai-scheduler")).name == "b-small"
