@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from controller import placement
@@ -141,8 +141,15 @@ def fresh_claims(
     last_bind: datetime | None = None,
 ) -> bool:
     """Whether any NodeClaim is `fresh`: its free GPUs take pending pods of any group it
-    can host, and that ends with ``now`` alone."""
-    return any(fresh(c, now, cover, cover_max, last_bind) for c in claims.values())
+    can host, and that ends with ``now`` alone. Called every pass: a NodeClaim Ready
+    before any cover could hold is passed over by one comparison."""
+    oldest = now - timedelta(seconds=max(cover, cover_max or 0.0))
+    return any(
+        c.ready_since is not None
+        and c.ready_since > oldest
+        and fresh(c, now, cover, cover_max, last_bind)
+        for c in claims.values()
+    )
 
 
 def held_covers(
