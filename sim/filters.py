@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
 
-from sim import deviceplugins, gpushare, volcano
+from sim import deviceplugins, gpushare, kai, volcano
 from sim.scheduling import (
     fit_error_message,
     matches_node_selector,
@@ -191,7 +191,32 @@ def fit(info: PodInfo, node: NodeInfo) -> Status | None:
         placed = gpushare.place(info.demand, node.devices, node.gpu_used)
         if isinstance(placed, gpushare.NoFit):
             return Status((placed.reason,), False)
+        if layer == "kai" and kai.is_fractional(info.pod) and _reservations_short(node, placed):
+            return Status((KAI_NO_RESERVATION,), False)
     return None
+
+
+#: `fit`'s reason for a KAI fraction whose new GPU groups' reservation pods would not
+#: fit the node's free ``nvidia.com/gpu``.
+KAI_NO_RESERVATION: Final = "node has no free nvidia.com/gpu for a GPU reservation pod"
+
+
+def _reservations_short(node: NodeInfo, assignment: gpushare.Assignment) -> bool:
+    """Whether the devices of ``assignment`` that no reservation pod holds yet (new GPU
+    groups, each held by a reservation pod asking one ``nvidia.com/gpu``,
+    `sim.kai.reservation_pod`) are more than the node's ``nvidia.com/gpu`` its bound
+    pods leave: real KAI counts the GPUs other pods request, and the kubelet would
+    reject the reservation pod. Unknown (no ``nvidia.com/gpu`` advertised yet): not
+    short."""
+    capacity = node.allocatable.get(gpushare.GPU)
+    if capacity is None:
+        return False
+    free = capacity - node.requested.get(gpushare.GPU, Decimal(0))
+    devices = {index for index, _ in assignment}
+    if len(devices) <= free:
+        return False
+    held = kai.groups_by_device((p.pod for p in node.pods), node.name)
+    return sum(1 for index in devices if index not in held) > free
 
 
 #: Layers whose schedulers leave HAMi's managed resources out of NodeResourcesFit.

@@ -13,7 +13,11 @@ resource_reservation.go``, constants in ``pkg/common/constants``):
   ``10Mi`` (limits ``nvidia.com/gpu: 1``, ``50m``, ``100Mi``);
 - the reservation pod reports which GPU it got in annotation
   ``run.ai/reserve_for_gpu_index`` (the GPU's UUID; the sim writes the device index at
-  creation instead of waiting for the pod to run);
+  creation instead of waiting for the pod to run), and the binder binds the fractional
+  pod only once it has (``waitForGPUReservationPodAllocation``; on a timeout it deletes
+  the reservation pod and the bind fails): the sim makes no reservation pod where the
+  node's ``nvidia.com/gpu`` is all requested, since the kubelet would reject it
+  (`sim.scheduler.SimScheduler._reserve`);
 - the fractional pod is labelled ``runai-gpu-group: <group>`` (a pod on several devices:
   ``runai-gpu-group/<group>: <group>`` per device, ``GetMultiFractionGpuGroupLabel``)
   before it is bound;
@@ -33,7 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from sim import gpushare
-from sim.scheduling import is_live
+from sim.scheduling import is_live, is_terminal
 
 __all__ = [
     "APP_LABEL",
@@ -83,7 +87,9 @@ def group_labels(groups: Sequence[str]) -> dict[str, str]:
 
 
 def groups_by_device(pods: Iterable[Obj], node: str) -> dict[int, str]:
-    """Device index -> GPU group of the live reservation pods bound to ``node``."""
+    """Device index -> GPU group of the live reservation pods bound to ``node``: not
+    being deleted, and not rejected by the kubelet (phase Failed: it never got its GPU,
+    and the real binder deletes it when its wait times out)."""
     out: dict[int, str] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
@@ -91,6 +97,7 @@ def groups_by_device(pods: Iterable[Obj], node: str) -> dict[int, str]:
             meta.get("namespace") != RESERVATION_NAMESPACE
             or (pod.get("spec") or {}).get("nodeName") != node
             or meta.get("deletionTimestamp")
+            or is_terminal(pod)
         ):
             continue
         group = (meta.get("labels") or {}).get(GPU_GROUP_LABEL)

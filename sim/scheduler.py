@@ -66,7 +66,9 @@ other loops after taking the view and then every couple of milliseconds. So no s
 wins every tie, and two of them can bind pods to the same node from views that predate each other's
 binds: they may **double-book** a node's ``nvidia.com/gpu`` or a device's share, as real
 schedulers sharing nodes can (the kubelet's admission then rejects the younger pod with
-``OutOfnvidia.com/gpu``, see `sim.kubelet`; an over-shared device is not caught).
+``OutOfnvidia.com/gpu``, see `sim.kubelet`; an over-shared device is not caught). KAI's
+binder makes no reservation pod the kubelet would reject: its fractional pod is then not
+bound (`SimScheduler._reserve`), as the real binder's wait for the reservation fails.
 Binding follows the pods/binding subresource (``BindingREST`` in kubernetes
 ``pkg/registry/core/pod/storage``): binding a pod that is already bound, or being
 deleted, fails with a Conflict.
@@ -952,9 +954,26 @@ class SimScheduler:
         group whose reservation pod holds it on ``node``, or a new group and reservation
         pod; returns the pod's group labels, None if a reservation pod cannot be made."""
         self._view.refresh()  # the reservation pods made since the pass began
-        by_device = kai.groups_by_device(self._view.bound_on(node), node)
+        bound = list(self._view.bound_on(node))
+        by_device = kai.groups_by_device(bound, node)
+        indices = list(dict.fromkeys(i for i, _ in assignment))
+        wanted = sum(1 for index in indices if index not in by_device)
+        free = self._gpus_free(node, bound)
+        if wanted and free is not None and wanted > free:
+            # The real binder waits for each new reservation pod to report its GPU
+            # (``waitForGPUReservationPodAllocation``); the kubelet rejects one that does
+            # not fit (``OutOfnvidia.com/gpu``, the pods bound since KAI's session took
+            # its view are older), the wait times out, the reservation pod is deleted
+            # and the bind fails: the pod stays pending.
+            log.info(
+                "not binding to %s: %d GPU reservation(s) would not fit its free %s",
+                node,
+                wanted,
+                gpushare.GPU,
+            )
+            return None
         groups: list[str] = []
-        for index in dict.fromkeys(i for i, _ in assignment):
+        for index in indices:
             group = by_device.get(index)
             if group is None:
                 group = str(uuid.uuid4())
@@ -973,6 +992,23 @@ class SimScheduler:
                 )
             groups.append(group)
         return kai.group_labels(groups)
+
+    def _gpus_free(self, node: str, bound: Sequence[Obj]) -> Decimal | None:
+        """``nvidia.com/gpu`` of ``node``'s allocatable that its bound, non-terminal pods
+        do not request (all of them, bound by any scheduler, as the kubelet admits);
+        None while the node advertises none (the sim's KAI binds before NVIDIA's device
+        plugin registers, docs/limits.md)."""
+        obj = self._store.get(NODES, None, node)
+        allocatable = quantities((obj.get("status") or {}).get("allocatable"))
+        if gpushare.GPU not in allocatable:
+            return None
+        used = Decimal(0)
+        for pod in bound:
+            if is_terminal(pod):
+                continue
+            with contextlib.suppress(ValueError):
+                used += pod_requests(pod).get(gpushare.GPU, Decimal(0))
+        return allocatable.get(gpushare.GPU, Decimal(0)) - used
 
     def _group_role(self, pod: Mapping[str, Any]) -> tuple[bool, tuple[str, ...]]:
         """`kai.group_role`, cached per pod and resourceVersion."""

@@ -670,6 +670,43 @@ def test_kai_takes_the_node_with_the_fewest_idle_gpus_others_the_most_used() -> 
     assert min((empty8, empty4), key=sim_scheduler.node_order("kai-scheduler")).name == "b-empty4"
 
 
+def test_kai_does_not_bind_a_fraction_whose_reservation_pod_the_kubelet_would_reject(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KAI's binder binds a fractional pod only once its GPU reservation pod got a GPU
+    (``waitForGPUReservationPodAllocation``). A native pod bound to the node's last GPU
+    after KAI's session took its view (kube-scheduler's loop racing KAI's) leaves no
+    ``nvidia.com/gpu`` for a reservation pod: the kubelet would reject it, so none is
+    made and the fraction stays pending, rather than running beside the native pod on a
+    GPU it does not hold."""
+    add_node(store, "gpu-1", gpus=1)
+    native = add_pod(store, "native", limits={"nvidia.com/gpu": "1"})
+    add_pod(store, "kai", scheduler="kai-scheduler", annotations={"gpu-fraction": "0.5"})
+    scheduler = SimScheduler(store, scheduler_names=("kai-scheduler",))
+    original = sim_scheduler._filter
+
+    def racing_filter(info: Any, node: NodeInfo) -> Any:
+        verdict = original(info, node)  # KAI's view: the GPU is free
+        if not get(store, "native")["spec"].get("nodeName"):
+
+            def bind(obj: dict[str, Any]) -> None:
+                obj["spec"]["nodeName"] = "gpu-1"
+
+            store.mutate(PODS, "default", "native", bind)  # kube-scheduler's bind lands
+        return verdict
+
+    monkeypatch.setattr(sim_scheduler, "_filter", racing_filter)
+    assert scheduler.schedule_once() == 0
+    assert get(store, "kai")["spec"].get("nodeName") is None
+    assert store.list(PODS, "kai-resource-reservation")[0] == []
+    monkeypatch.setattr(sim_scheduler, "_filter", original)
+    # the GPU freed, the next session binds it with a reservation pod
+    store.delete(PODS, "default", native["metadata"]["name"], grace_period_seconds=0)
+    assert scheduler.schedule_once() == 1
+    assert get(store, "kai")["spec"]["nodeName"] == "gpu-1"
+    assert len(store.list(PODS, "kai-resource-reservation")[0]) == 1
+
+
 @pytest.mark.parametrize("backoff", [(0.0, 0.0), (30.0, 300.0)])
 def test_a_backing_off_native_pod_loses_its_new_gpu_to_a_kai_session(
     store: Store, backoff: tuple[float, float]
