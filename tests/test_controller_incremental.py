@@ -639,51 +639,19 @@ def test_a_kai_trigger_of_no_model_made_alone_withdraws_another_partitions_trigg
     assert normal(done.plan) == normal(want)
 
 
-def test_a_kai_pod_of_no_model_borrowing_another_partitions_capacity_is_planned_whole() -> None:
-    """A memory-only KAI pod borrows the spare GPUs of an L4 trigger on its way whose own
-    pods are gone (`controller.plan._borrow`): the two partitions are planned together,
-    as in a fresh plan."""
+def _lender_gone(first: dict[str, Any], gpus: int) -> tuple[World, IncrementalPlanner]:
+    """A world whose one trigger, made for ``first``, is linked to NodeClaim ``nc-1``
+    (``gpus`` L4 GPUs, launched: its GPU name and memory labels set) and ``first`` gone:
+    capacity on its way that no pod of its own group needs, planned once since."""
     config = PlanConfig(trigger=TriggerSettings(namespace=NS))
     world = World(random.Random(0), config)
     world.expecting = False
-    l4 = gpu_pod("a", "2", model="l4")
-    world.add_pod(l4)
+    world.add_pod(first)
     planner = IncrementalPlanner(world.state, world.memory, config)
     world.apply_plan()
     (name,) = world.triggers
     trigger = copy.deepcopy(world.triggers[name])
-    claim = nodeclaim("nc-1", "gpu-standard", gpus=2, model="l4", launched=True)
-    claim["metadata"]["labels"][GPU_MEMORY_LABEL] = "22888"
-    claim["metadata"]["resourceVersion"] = world.next_rv()
-    world.state.apply(NODECLAIMS, "ADDED", claim)
-    trigger["metadata"]["annotations"]["gpu-intent.io/nodeclaim"] = "nc-1"
-    trigger["metadata"]["resourceVersion"] = world.next_rv()
-    world.write_trigger(trigger)
-    world.state.apply(PENDING_PODS, "DELETED", world.pods.pop("a"))
-    planner.run(world.now)
-    memory = gpu_pod("m", "0.1", extra_annotations={"gpu-intent.io/gpu-memory": "20000"})
-    world.add_pod(memory)
-    done = planner.run(world.now)
-    want = plan(snapshot(world.state, world.memory, world.now), config)
-    assert not want.creates
-    assert [(s.ref.name, s.status.node_claim) for s in want.statuses] == [("m", "nc-1")]
-    assert done.whole and normal(done.plan) == normal(want)
-
-
-def test_a_kai_fraction_borrowing_a_no_model_partitions_capacity_is_planned_whole() -> None:
-    """KAI's L4 fractions borrow the spare GPUs of a memory-only trigger on its way whose
-    own pods are gone (`controller.plan._borrow`): the two partitions are planned
-    together, as in a fresh plan."""
-    config = PlanConfig(trigger=TriggerSettings(namespace=NS))
-    world = World(random.Random(0), config)
-    world.expecting = False
-    memory = gpu_pod("m", "0.1", extra_annotations={"gpu-intent.io/gpu-memory": "20000"})
-    world.add_pod(memory)
-    planner = IncrementalPlanner(world.state, world.memory, config)
-    world.apply_plan()
-    (name,) = world.triggers
-    trigger = copy.deepcopy(world.triggers[name])
-    claim = nodeclaim("nc-1", "gpu-standard", gpus=1, model="l4", launched=True)
+    claim = nodeclaim("nc-1", "gpu-standard", gpus=gpus, model="l4", launched=True)
     claim["metadata"]["labels"][GPU_MEMORY_LABEL] = "22888"
     claim["metadata"]["labels"]["karpenter.k8s.aws/instance-gpu-name"] = "l4"
     claim["metadata"]["resourceVersion"] = world.next_rv()
@@ -691,11 +659,36 @@ def test_a_kai_fraction_borrowing_a_no_model_partitions_capacity_is_planned_whol
     trigger["metadata"]["annotations"]["gpu-intent.io/nodeclaim"] = "nc-1"
     trigger["metadata"]["resourceVersion"] = world.next_rv()
     world.write_trigger(trigger)
-    world.state.apply(PENDING_PODS, "DELETED", world.pods.pop("m"))
+    world.state.apply(PENDING_PODS, "DELETED", world.pods.pop(first["metadata"]["name"]))
     planner.run(world.now)
-    world.add_pod(gpu_pod("f", "0.5", model="l4"))
+    return world, planner
+
+
+def _borrows_whole(world: World, planner: IncrementalPlanner, borrower: dict[str, Any]) -> None:
+    """``borrower`` added to ``world`` is told of ``nc-1`` and nothing is bought, in a
+    pass planned whole that equals a fresh plan."""
+    world.add_pod(borrower)
     done = planner.run(world.now)
-    want = plan(snapshot(world.state, world.memory, world.now), config)
+    want = plan(snapshot(world.state, world.memory, world.now), world.config)
     assert not want.creates
-    assert [(s.ref.name, s.status.node_claim) for s in want.statuses] == [("f", "nc-1")]
+    name = borrower["metadata"]["name"]
+    assert [(s.ref.name, s.status.node_claim) for s in want.statuses] == [(name, "nc-1")]
     assert done.whole and normal(done.plan) == normal(want)
+
+
+def test_a_kai_pod_of_no_model_borrowing_another_partitions_capacity_is_planned_whole() -> None:
+    """A memory-only KAI pod borrows the spare GPUs of an L4 trigger on its way whose own
+    pods are gone (`controller.plan._borrow`): the two partitions are planned together,
+    as in a fresh plan."""
+    world, planner = _lender_gone(gpu_pod("a", "2", model="l4"), gpus=2)
+    memory = gpu_pod("m", "0.1", extra_annotations={"gpu-intent.io/gpu-memory": "20000"})
+    _borrows_whole(world, planner, memory)
+
+
+def test_a_kai_fraction_borrowing_a_no_model_partitions_capacity_is_planned_whole() -> None:
+    """KAI's L4 fractions borrow the spare GPUs of a memory-only trigger on its way whose
+    own pods are gone (`controller.plan._borrow`): the two partitions are planned
+    together, as in a fresh plan."""
+    memory = gpu_pod("m", "0.1", extra_annotations={"gpu-intent.io/gpu-memory": "20000"})
+    world, planner = _lender_gone(memory, gpus=1)
+    _borrows_whole(world, planner, gpu_pod("f", "0.5", model="l4"))
