@@ -37,6 +37,7 @@ __all__ = [
     "fit_error",
     "preemption_message",
     "quantities",
+    "reservations_short",
     "signature",
 ]
 
@@ -191,7 +192,7 @@ def fit(info: PodInfo, node: NodeInfo) -> Status | None:
         placed = gpushare.place(info.demand, node.devices, node.gpu_used)
         if isinstance(placed, gpushare.NoFit):
             return Status((placed.reason,), False)
-        if layer == "kai" and kai.is_fractional(info.pod) and _reservations_short(node, placed):
+        if layer == "kai" and kai.is_fractional(info.pod) and reservations_short(node, placed):
             return Status((KAI_NO_RESERVATION,), False)
     return None
 
@@ -201,7 +202,7 @@ def fit(info: PodInfo, node: NodeInfo) -> Status | None:
 KAI_NO_RESERVATION: Final = "node has no free nvidia.com/gpu for a GPU reservation pod"
 
 
-def _reservations_short(node: NodeInfo, assignment: gpushare.Assignment) -> bool:
+def reservations_short(node: NodeInfo, assignment: gpushare.Assignment) -> bool:
     """Whether the devices of ``assignment`` that no reservation pod holds yet (new GPU
     groups, each held by a reservation pod asking one ``nvidia.com/gpu``,
     `sim.kai.reservation_pod`) are more than the node's ``nvidia.com/gpu`` its bound

@@ -956,22 +956,16 @@ class SimScheduler:
         self._view.refresh()  # the reservation pods made since the pass began
         bound = list(self._view.bound_on(node))
         by_device = kai.groups_by_device(bound, node)
-        indices = list(dict.fromkeys(i for i, _ in assignment))
-        wanted = sum(1 for index in indices if index not in by_device)
-        free = self._gpus_free(node, bound)
-        if wanted and free is not None and wanted > free:
-            # The real binder waits for each new reservation pod to report its GPU
-            # (``waitForGPUReservationPodAllocation``); the kubelet rejects one that does
-            # not fit (``OutOfnvidia.com/gpu``, the pods bound since KAI's session took
-            # its view are older), the wait times out, the reservation pod is deleted
-            # and the bind fails: the pod stays pending.
-            log.info(
-                "not binding to %s: %d GPU reservation(s) would not fit its free %s",
-                node,
-                wanted,
-                gpushare.GPU,
-            )
+        fresh = self._node_with_pods(self._store.get(NODES, None, node))
+        if filters.reservations_short(fresh, assignment):
+            # The filter passed on the pass's view; the pods bound since (kube-scheduler's
+            # loop racing this one) are older than a new reservation pod, which the
+            # kubelet then rejects (``OutOfnvidia.com/gpu``): the real binder's wait
+            # (``waitForGPUReservationPodAllocation``) times out, the reservation pod is
+            # deleted and the bind fails. The pod stays pending.
+            log.info("not binding to %s: no free %s for a GPU reservation pod", node, gpushare.GPU)
             return None
+        indices = list(dict.fromkeys(i for i, _ in assignment))
         groups: list[str] = []
         for index in indices:
             group = by_device.get(index)
@@ -992,23 +986,6 @@ class SimScheduler:
                 )
             groups.append(group)
         return kai.group_labels(groups)
-
-    def _gpus_free(self, node: str, bound: Sequence[Obj]) -> Decimal | None:
-        """``nvidia.com/gpu`` of ``node``'s allocatable that its bound, non-terminal pods
-        do not request (all of them, bound by any scheduler, as the kubelet admits);
-        None while the node advertises none (the sim's KAI binds before NVIDIA's device
-        plugin registers, docs/limits.md)."""
-        obj = self._store.get(NODES, None, node)
-        allocatable = quantities((obj.get("status") or {}).get("allocatable"))
-        if gpushare.GPU not in allocatable:
-            return None
-        used = Decimal(0)
-        for pod in bound:
-            if is_terminal(pod):
-                continue
-            with contextlib.suppress(ValueError):
-                used += pod_requests(pod).get(gpushare.GPU, Decimal(0))
-        return allocatable.get(gpushare.GPU, Decimal(0)) - used
 
     def _group_role(self, pod: Mapping[str, Any]) -> tuple[bool, tuple[str, ...]]:
         """`kai.group_role`, cached per pod and resourceVersion."""
