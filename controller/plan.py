@@ -513,6 +513,11 @@ def _fill(
     work.kept.update((t.ref, capacity.spare(i)) for i, t in enumerate(supply))
     for bin_ in left:
         if _borrow(config, work, key, bin_):
+            if key.model is None:
+                # Pods of no model placed in capacity on its way still take whatever
+                # node they fit first: KAI's groups of a model wait for it as for a
+                # trigger of their own (`controller.contests.contested`).
+                work.contests.append(Contest(key, snapshot.now))
             continue
         hold = _held_back(snapshot, config, work, key, bin_)
         if hold is not None:

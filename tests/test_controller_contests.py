@@ -213,6 +213,11 @@ def test_kai_memory_pods_take_the_spare_of_kai_capacity_on_its_way_on_their_pool
         "gpu-intent-system/gi-l4",
         "nc-l4",
     )
+    # borrowed, the memory pod still takes whatever node it fits first: an A100
+    # fraction's new trigger waits for it as for the memory pod's own capacity
+    a100 = gpu_pod("kai-a100", "0.25", model="a100", pool="gpu-large")
+    both = plan(snapshot([memory, a100], triggers=[trigger], claims=[claim]), CONFIG)
+    assert created_for(both) == set() and held(both, "kai-a100") is not None
     # none while the fractions' own pods still need every GPU of it
     still = plan(snapshot([l4, memory], triggers=[trigger], claims=[claim]), CONFIG)
     assert created_for(still) == {"kai-mem"}
