@@ -212,11 +212,20 @@ def reservations_short(node: NodeInfo, assignment: gpushare.Assignment) -> bool:
     capacity = node.allocatable.get(gpushare.GPU)
     if capacity is None:
         return False
-    free = capacity - node.requested.get(gpushare.GPU, Decimal(0))
     devices = {index for index, _ in assignment}
-    if len(devices) <= free:
+    if len(devices) <= capacity - node.requested.get(gpushare.GPU, Decimal(0)):
         return False
+    # Each held device counts once, as KAI counts GPUs, whatever reservation pods hold it.
     held = kai.groups_by_device((p.pod for p in node.pods), node.name)
+    others = sum(
+        (
+            p.requests.get(gpushare.GPU, Decimal(0))
+            for p in node.pods
+            if (p.pod.get("metadata") or {}).get("namespace") != kai.RESERVATION_NAMESPACE
+        ),
+        Decimal(0),
+    )
+    free = capacity - others - len(held)
     return sum(1 for index in devices if index not in held) > free
 
 
