@@ -24,7 +24,7 @@ the results into statuses and trigger specs.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -162,7 +162,7 @@ def held_covers(
     cover_max: float | None = None,
     last_bind: datetime | None = None,
     reserved: Mapping[str, Decimal] | None = None,
-    foreign: Collection[str] = (),
+    foreign: Callable[[], Collection[str]] | None = None,
 ) -> tuple[set[PodRef], dict[str, Decimal]]:
     """The pods whose NodeReady cover still holds (left to their scheduler, out of
     planning), and the GPUs still free on the `fresh` NodeClaims (name -> GPUs, only
@@ -173,7 +173,9 @@ def held_covers(
     pending native pods Karpenter nominated onto it, by NodeClaim name,
     `controller.plan.native_reserved`). A cover (`cover_of`) holds only as far as that
     room goes, earliest covered first. ``cover``, ``cover_max``: seconds;
-    ``last_bind``: see `cover_holds`; ``foreign``: see `fresh`."""
+    ``last_bind``: see `cover_holds`; ``foreign``: the NodeClaims `fresh` passes over
+    when no trigger's marker names them, asked for only when such a NodeClaim is
+    otherwise fresh (every pass plans, and `foreign_claims` walks every nomination)."""
     room: dict[str, Decimal] = {}
     held_back = reserved or {}
 
@@ -194,11 +196,11 @@ def held_covers(
             if (need := gpu_need(pod.intent)) <= room_of(claim):
                 held.add(pod.ref)
                 room[name] -= need
-    free = {
-        c.name: room_of(c)
-        for c in claims.values()
-        if fresh(c, now, cover, cover_max, last_bind, foreign)
-    }
+    candidates = [c for c in claims.values() if fresh(c, now, cover, cover_max, last_bind)]
+    if foreign is not None and any(not c.marked for c in candidates):
+        passed = foreign()
+        candidates = [c for c in candidates if c.marked or c.name not in passed]
+    free = {c.name: room_of(c) for c in candidates}
     return held, {name: gpus for name, gpus in free.items() if gpus > 0}
 
 

@@ -267,7 +267,7 @@ def _classify(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> dict[str, 
         config.cover_max_seconds,
         snapshot.last_bind,
         snapshot.reserved,
-        foreign_claims(
+        lambda: foreign_claims(
             snapshot.nominations.values(), snapshot.opted_in, config.trigger.namespace
         ),
     )
