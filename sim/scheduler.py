@@ -297,9 +297,9 @@ SCORED_RESOURCES: Final = ("cpu", "memory")
 MAX_NODE_SCORE: Final = 100
 
 
-def kube_score(info: PodInfo, node: NodeInfo) -> int:
-    """kube-scheduler's default score of ``node`` for ``info``, from its resource plugins
-    (weight 1 each), requests counted as `sim.filters.nonzero_requests` does:
+def kube_score(wanted: Mapping[str, Decimal], node: NodeInfo) -> int:
+    """kube-scheduler's default score of ``node`` for a pod asking ``wanted`` (its
+    `sim.filters.nonzero_requests`), from its resource plugins (weight 1 each):
     NodeResourcesFit's ``LeastAllocated`` (the mean over
     `SCORED_RESOURCES` of the share left free once the pod is placed, 0 to
     `MAX_NODE_SCORE`; ``pkg/scheduler/framework/plugins/noderesources/least_allocated.go``)
@@ -309,7 +309,6 @@ def kube_score(info: PodInfo, node: NodeInfo) -> int:
     the nodes with the most CPU and memory free rather than fill one node's GPUs."""
     least = 0
     shares: list[float] = []
-    wanted = filters.nonzero_requests(info)
     for name in SCORED_RESOURCES:
         capacity = node.allocatable.get(name, Decimal(0))
         requested = node.scored.get(name, Decimal(0)) + wanted[name]
@@ -326,7 +325,8 @@ def kube_score(info: PodInfo, node: NodeInfo) -> int:
 
 
 def _kube_order(info: PodInfo) -> Callable[[NodeInfo], tuple[int, str]]:
-    return lambda node: (-kube_score(info, node), node.name)
+    wanted = filters.nonzero_requests(info)  # once per pod, not per node
+    return lambda node: (-kube_score(wanted, node), node.name)
 
 
 def _fewest_idle(node: NodeInfo) -> tuple[int, float, str]:
@@ -954,9 +954,8 @@ class SimScheduler:
         group whose reservation pod holds it on ``node``, or a new group and reservation
         pod; returns the pod's group labels, None if a reservation pod cannot be made."""
         self._view.refresh()  # the reservation pods made since the pass began
-        bound = list(self._view.bound_on(node))
-        by_device = kai.groups_by_device(bound, node)
         fresh = self._node_with_pods(self._store.get(NODES, None, node))
+        by_device = kai.groups_by_device((p.pod for p in fresh.pods), node)
         if filters.reservations_short(fresh, assignment):
             # The filter passed on the pass's view; the pods bound since (kube-scheduler's
             # loop racing this one) are older than a new reservation pod, which the
