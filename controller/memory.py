@@ -64,8 +64,9 @@ class Memory:
         #: GPUs (`controller.packing.gpu_use`) of the pods we were scaling up for, by the node
         #: they were found bound to: what of a new node's GPUs they took.
         self._used: dict[str, Decimal] = {}
-        #: `left` pods that were told ``Native`` (`_note_left`).
-        self._native: set[Key] = set()
+        #: `left` pods remembered only for the GPUs they take (`_note_left`): told
+        #: ``Native``, or bound by their scheduler before they were ever Unschedulable.
+        self._counted_only: set[Key] = set()
         #: The latest ``PodScheduled=True`` time of such a pod (`last_bind`).
         self._last_bind: datetime | None = None
         #: Moves whenever covers, held retries or cooldowns change (`version`).
@@ -126,23 +127,34 @@ class Memory:
         bound or deleted is learned by reading it (`left`, `resolve_left`). Only pods we
         were scaling up for are remembered, at most `MAX_SCHEDULED`: those told a tracked
         phase, and Unschedulable GPU pods not told anything yet (their status may still
-        be on its way; where they went counts in `Memory.used`). Pods told ``Native``
-        too: kube-scheduler binds a native GPU pod on whichever node has free
-        ``nvidia.com/gpu`` first, often the new node of a non-binding trigger (seen on
-        the real kube-scheduler and Karpenter, `../shared/realk8s`), and the GPUs it
-        takes there are no longer room for the pods told ``NodeReady`` on it."""
+        be on its way; where they went counts in `Memory.used`).
+
+        Every other GPU pod (it has an intent) is remembered only for the GPUs it takes
+        on its node, which are no longer room for the pods told ``NodeReady`` there:
+        pods told ``Native`` (kube-scheduler binds a native GPU pod on whichever node has
+        free ``nvidia.com/gpu`` first, often the new node of a non-binding trigger, seen
+        on the real kube-scheduler and Karpenter, `../shared/realk8s`), and pods their
+        scheduler bound before they were ever Unschedulable. A sharing scheduler takes a
+        new pod at once, while the pods it refused earlier wait in its unschedulable
+        queue for a cluster event (kube-scheduler's ``SchedulingQueue``,
+        pkg/scheduler/internal/queue/scheduling_queue.go): in a 1,000-pod demo, 34 HAMi
+        pods created after a new node turned Ready took its cards, and 30 pods told
+        ``NodeReady`` there waited out their cover. Costs one read per GPU pod that
+        binds."""
         if len(self._left) + len(self._bound) >= MAX_SCHEDULED:
             return
         annotations = (obj.get("metadata") or {}).get("annotations") or {}
         status = ScaleUpStatus.from_annotation(annotations.get(ANNOTATION_SCALE_UP))
         if status is None:
-            if ANNOTATION_GPUS in annotations and karpenter.is_provisionable(obj):
+            if ANNOTATION_GPUS in annotations:
                 self._left[key] = obj
+                if not karpenter.is_provisionable(obj):
+                    self._counted_only.add(key)
         elif status.phase in TRACKED_PHASES:
             self._left[key] = obj
         elif status.phase is Phase.NATIVE:
             self._left[key] = obj
-            self._native.add(key)
+            self._counted_only.add(key)
 
     def _note_lost(self, obj: Obj) -> None:
         """A NodeClaim is gone (its DELETED event, or missing from a relist; ``obj`` is
@@ -174,9 +186,9 @@ class Memory:
         return {t: c for t, (c, seen) in self._lost.items() if now - seen <= LOST_CLAIM_SECONDS}
 
     def scaled_up_for(self, key: Key) -> bool:
-        """Whether `left` pod ``key`` was one we were scaling up for (not a ``Native``
-        pod, remembered only for the GPUs it takes, `_note_left`)."""
-        return key not in self._native
+        """Whether `left` pod ``key`` was one we were scaling up for (not one remembered
+        only for the GPUs it takes, `_note_left`)."""
+        return key not in self._counted_only
 
     def left(self) -> list[Key]:
         """Pods we were scaling up for that left the pending set, not yet read back."""
@@ -184,24 +196,26 @@ class Memory:
 
     def resolve_left(self, key: Key, current: Obj | None) -> None:
         """What reading a `left` pod returned: the pod as it is now, or None when it is
-        gone. A bound pod's GPUs count as used on its node (a ``Native`` pod's only
-        that: its binding is not our schedulers' progress), and one told a tracked phase
-        is owed a final status, as is one not told anything yet (`_note_left` kept it
-        because it was Unschedulable: a status decided for it may have been dropped
-        when it bound first, `controller.reports`); any other is forgotten."""
+        gone. A bound pod's GPUs count as used on its node (only that for one remembered
+        only for them, `_note_left`: it is owed no status, and its binding is not the
+        progress of pods we scaled up for), and one told a tracked phase is owed a final
+        status, as is one not told anything yet (`_note_left` kept it because it was
+        Unschedulable: a status decided for it may have been dropped when it bound
+        first, `controller.reports`); any other is forgotten."""
         self._left.pop(key, None)
-        native = key in self._native
-        self._native.discard(key)
+        only_gpus = key in self._counted_only
+        self._counted_only.discard(key)
         node = (current or {}).get("spec", {}).get("nodeName")
         if current is None or not node:
             return
         annotations = (current.get("metadata") or {}).get("annotations") or {}
         status = ScaleUpStatus.from_annotation(annotations.get(ANNOTATION_SCALE_UP))
-        if (status is None and ANNOTATION_GPUS in annotations) or (
-            status is not None and status.phase in TRACKED_PHASES
+        if not only_gpus and (
+            (status is None and ANNOTATION_GPUS in annotations)
+            or (status is not None and status.phase in TRACKED_PHASES)
         ):
             self._bound[key] = current
-        bound_at = None if native else ScheduledPod.parse(current).bound_at
+        bound_at = None if only_gpus else ScheduledPod.parse(current).bound_at
         if bound_at is not None and (self._last_bind is None or bound_at > self._last_bind):
             self._last_bind = bound_at
         try:

@@ -452,3 +452,31 @@ def test_a_native_pod_bound_on_a_new_node_takes_its_gpus_but_moves_no_cover() ->
     snap = snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC))
     assert snap.used == {"ip-1": Decimal(2)} and snap.scheduled == []
     assert memory.last_bind() is None
+
+
+def test_a_gpu_pod_bound_before_it_was_unschedulable_takes_its_gpus_and_is_owed_nothing() -> None:
+    """A sharing scheduler binds a new pod at once on the cards of a node bought for pods
+    it refused earlier (they wait in its unschedulable queue): in a 1,000-pod demo, HAMi
+    pods created after a node turned Ready took its cards while pods told NodeReady
+    there waited out their cover. Such a pod is read back for the GPUs it takes on its
+    node; it is owed no status, and its binding extends no cover."""
+    state, memory = caches(Clock())
+    state.replace(PENDING_PODS, [])
+    fresh = gpu_pod("f", "1", model="a10g", unschedulable=False)
+    state.apply(PENDING_PODS, "ADDED", fresh)
+    state.apply(PENDING_PODS, "DELETED", fresh)
+    # A pod without an intent is no GPU pod: not read back.
+    plain = gpu_pod("p", "1", unschedulable=False)
+    del plain["metadata"]["annotations"]
+    state.apply(PENDING_PODS, "ADDED", plain)
+    state.apply(PENDING_PODS, "DELETED", plain)
+    assert memory.left() == [("ml", "f")] and not memory.scaled_up_for(("ml", "f"))
+    bound = gpu_pod("f", "1", model="a10g", unschedulable=False)
+    bound["spec"]["nodeName"] = "ip-2"
+    bound["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": BOUND_AT}
+    ]
+    memory.resolve_left(("ml", "f"), bound)
+    snap = snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC))
+    assert snap.used == {"ip-2": Decimal(1)} and snap.scheduled == []
+    assert memory.last_bind() is None and memory.left() == []
