@@ -16,6 +16,7 @@ from gpu_intent import cli
 from gpu_intent.demo import (
     ClaimCost,
     DemandPod,
+    Need,
     balance,
     bought_claim,
     default_examples,
@@ -129,6 +130,25 @@ def test_a_nodeclaim_of_an_unneeded_model_or_never_launched_is_beyond_the_need()
     counted = balance([bought("l4", "g6.xlarge"), bought("t4", "g4dn.xlarge"), unlaunched], need)
     assert list(counted.beyond) == ["ghost"]
     assert counted.claims_bought == 3 and counted.claims_native == 2
+
+
+def test_gpus_of_another_model_may_serve_the_pods_of_no_model() -> None:
+    """KAI puts a ``gpu-memory`` pod of no model on a card of any model: the model that
+    took it may go beyond its own need by what the pods of no model need, while the GPUs
+    of all models stay within the ideal's total."""
+    need = native_need([demand("a", "1", "l4"), demand("b", "1", None)], nodepools())
+    assert dict(need.lower_bound) == {"l4": 1, "any": 1}
+    l4 = (bought("l4", "g6.xlarge"),)
+    two = Need(need.gpus, (*l4, bought("t4", "g4dn.xlarge")), {}, need.lower_bound)
+    assert balance([*l4, bought("l4-b", "g6.xlarge")], two).beyond == {}
+    need = Need({"l4": 1, "any": 3}, two.claims, {}, {"l4": 1, "any": 3})
+    assert balance([bought("t4x4", "g4dn.12xlarge")], need).beyond == {}
+    over = balance([*l4, bought("t4x4", "g4dn.12xlarge")], need)
+    assert list(over.beyond) == ["t4x4"]
+    assert "t4 GPUs bought would reach 4, needed 1 and 3 of any model" in over.beyond["t4x4"]
+    # More than the pods of no model need: beyond.
+    need = Need({"l4": 1, "any": 1}, l4 * 2, {}, {"l4": 1, "any": 1})
+    assert list(balance([bought("l4x4", "g6.12xlarge")], need).beyond) == ["l4x4"]
 
 
 def test_bought_claim_reads_the_launched_instance_type() -> None:

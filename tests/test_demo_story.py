@@ -19,7 +19,7 @@ from gpu_intent import cli
 from gpu_intent.demo import apply, default_examples, run_demo
 from gpu_intent.demo.manifests import ExamplesError, read_examples
 from gpu_intent.demo.progress import Counts, StoryProgress
-from gpu_intent.demo.report import PodRecord
+from gpu_intent.demo.report import PodRecord, Timeline
 from gpu_intent.demo.story import closed
 from intent.contract import Intent, Phase
 from intent.kube import Kube, load_configuration
@@ -157,9 +157,11 @@ def test_a_kind_the_demo_does_not_model_is_one_clear_line(tmp_path: Path) -> Non
     assert "DeviceClass" in message and "EC2NodeClass" in message
 
 
-def record(phase: str = "", node: str | None = None, annotated: bool = True) -> PodRecord:
+def record(
+    phase: str = "", node: str | None = None, annotated: bool = True, refused: bool = True
+) -> PodRecord:
     r = PodRecord("ml/p", 0.0, intent=Intent(Decimal("0.5"), model="l4"), annotated=annotated)
-    r.phase, r.node = phase, node
+    r.phase, r.node, r.refused = phase, node, refused
     return r
 
 
@@ -167,9 +169,33 @@ def test_a_pod_is_closed_bound_with_a_closing_status_or_given_up() -> None:
     assert closed(record(Phase.SCHEDULED, "n")) and closed(record(Phase.NATIVE, "n"))
     assert not closed(record(Phase.NODE_READY, "n")) and not closed(record("", "n"))
     assert closed(record("", "n", annotated=False))  # the controller does not follow it
+    # Bound before its scheduler ever refused it: nothing was pending, nothing is owed.
+    assert closed(record("", "n", refused=False))
+    assert not closed(record(Phase.NODE_READY, "n", refused=False))
     assert closed(record(Phase.UNRESOLVABLE)) and closed(record(Phase.INVALID))
     assert closed(record(Phase.FAILED)) and not closed(record(Phase.FAILED, "n"))
     assert not closed(record(Phase.TRIGGERED)) and not closed(record())
+
+
+def test_the_timeline_knows_which_pods_their_scheduler_refused_before_binding() -> None:
+    timeline = Timeline(io.StringIO())
+    annotations = Intent(Decimal("0.5"), model="l4").to_annotations()
+
+    def pod(name: str, node: str | None, unschedulable: bool) -> dict[str, Any]:
+        conditions = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+        return {
+            "metadata": {"namespace": "ml", "name": name, "annotations": annotations},
+            "spec": {"nodeName": node} if node else {},
+            "status": {"conditions": conditions if unschedulable else []},
+        }
+
+    timeline.on_pod("ADDED", pod("waited", None, True))
+    timeline.on_pod("MODIFIED", pod("waited", "n", False))
+    timeline.on_pod("ADDED", pod("placed", None, False))
+    timeline.on_pod("MODIFIED", pod("placed", "n", False))
+    waited, placed = timeline.pods["ml/waited"], timeline.pods["ml/placed"]
+    assert waited.refused and not closed(waited)
+    assert not placed.refused and closed(placed)
 
 
 def test_progress_is_a_plain_line_every_few_seconds_off_a_terminal() -> None:

@@ -27,7 +27,8 @@ than AWS: the same story on NodePools shaped for that provider, with no AWS labe
 **The end of the story.** The demo stops waiting as soon as every example pod is
 *closed* and no trigger pod is left (or at ``--timeout``): bound with a closed scale-up
 status (``Scheduled`` or ``Native``; no status for a pod the controller does not
-follow: no GPU intent, or an intent the webhook did not annotate and no DRA claims), or
+follow: no GPU intent, or an intent the webhook did not annotate and no DRA claims, nor
+for one its scheduler bound before it ever refused it: nothing was pending), or
 given up (``Unresolvable``, ``InvalidIntent``; ``Failed`` while unbound;
 `intent.contract.Phase`, ``controller/statuses.py``). While it waits it shows pods
 bound and closed, NodeClaims and seconds elapsed on ``err`` (`progress.StoryProgress`):

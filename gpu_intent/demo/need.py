@@ -212,17 +212,23 @@ def balance(bought: Sequence[ClaimCost], need: Need) -> Balance:
     Beyond the need, each with the reason: a NodeClaim after the first
     ``len(need.claims)`` (the ideal twin's solve); a launched one whose GPUs take its
     model's running total above ``max(need.lower_bound[model], ideal solve's GPUs of
-    model)``; a launched one without GPUs once the ideal solve's GPU-less NodeClaims are
-    used up. Costs in USD/hour.
+    model)``, unless what is left of the need of pods of no model (`ANY_MODEL`: their
+    sharing scheduler puts them on a card of any model, KAI's ``gpu-memory`` pods on a
+    node bought for tensor-fusion's L40S pods) takes the excess and the GPUs of all
+    models stay within the larger of the two totals (the solve places the pods of no
+    model on some model: they are not counted twice); a launched one without GPUs once the ideal solve's
+    GPU-less NodeClaims are used up. Costs in USD/hour.
     """
     native_gpus = _per_model(need.claims)
     allowed = {
         m: max(need.lower_bound.get(m, 0), native_gpus.get(m, 0))
         for m in {*need.lower_bound, *native_gpus}
     }
+    any_left = need.lower_bound.get(ANY_MODEL, 0)
+    total = max(sum(native_gpus.values()), sum(need.lower_bound.values()))
     gpu_less_allowed = sum(1 for c in need.claims if c.instance_type and not c.gpus)
     beyond: dict[str, str] = {}
-    kept = gpu_less = 0
+    kept = gpu_less = total_used = 0
     used: dict[str, int] = defaultdict(int)
     for index, claim in enumerate(bought, 1):
         what = f"{claim.instance_type or 'not launched'}" + (
@@ -236,13 +242,18 @@ def balance(bought: Sequence[ClaimCost], need: Need) -> Balance:
             continue
         if claim.gpu_model and claim.gpus:
             limit = allowed.get(claim.gpu_model, 0)
-            if used[claim.gpu_model] + claim.gpus > limit:
+            reach = used[claim.gpu_model] + claim.gpus
+            over = reach - max(limit, used[claim.gpu_model])
+            if over > 0 and (over > any_left or total_used + claim.gpus > total):
                 beyond[claim.name] = (
-                    f"{claim.gpu_model} GPUs bought would reach"
-                    f" {used[claim.gpu_model] + claim.gpus}, needed {limit} ({what})"
+                    f"{claim.gpu_model} GPUs bought would reach {reach}, needed {limit}"
+                    + (f" and {any_left} of any model" if any_left else "")
+                    + f" ({what})"
                 )
                 continue
-            used[claim.gpu_model] += claim.gpus
+            any_left -= max(over, 0)
+            used[claim.gpu_model] = reach
+            total_used += claim.gpus
         elif claim.instance_type:
             if gpu_less >= gpu_less_allowed:
                 beyond[claim.name] = (

@@ -100,6 +100,9 @@ class PodRecord:
     node: str | None = None
     bound_at: float | None = None
     karpenter_failed: str | None = None
+    #: Its scheduler refused it (``PodScheduled=False``, reason ``Unschedulable``) before
+    #: it was bound: the pod waited for capacity.
+    refused: bool = False
     pod: dict[str, Any] = field(default_factory=dict)
 
 
@@ -184,6 +187,8 @@ class Timeline:
             record.phase = status.phase
             if status.trigger and status.trigger not in record.triggers:
                 record.triggers.append(status.trigger)
+        if not spec.get("nodeName") and _unschedulable(pod):
+            record.refused = True
         if spec.get("nodeName") and record.node is None:
             record.node, record.bound_at = spec["nodeName"], self.now()
             self.say(
@@ -294,6 +299,16 @@ class Timeline:
         if source == "karpenter" and event.get("reason") == "FailedScheduling":
             text = shorten_failed_scheduling(text)
         self.say(f"{who} -> {target}", f"{event.get('reason')}: {text}")
+
+
+def _unschedulable(pod: Mapping[str, Any]) -> bool:
+    """The pod's ``PodScheduled`` condition is False with reason ``Unschedulable``."""
+    return any(
+        c.get("type") == "PodScheduled"
+        and c.get("status") == "False"
+        and c.get("reason") == "Unschedulable"
+        for c in (pod.get("status") or {}).get("conditions") or ()
+    )
 
 
 def describe_intent(intent: Intent | None) -> str:

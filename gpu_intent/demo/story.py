@@ -550,14 +550,17 @@ def _followed(record: PodRecord) -> bool:
 
 
 def closed(record: PodRecord) -> bool:
-    """The pod's story has ended: bound with a closed status (`BOUND_CLOSED_PHASES`, or
-    no status when the controller does not follow it, `_followed`), or given up
-    (`GIVEN_UP_PHASES`, or ``Failed`` while unbound)."""
+    """The pod's story has ended: bound with a closed status (`BOUND_CLOSED_PHASES`), or
+    with no status when the controller does not follow it (`_followed`) or its
+    scheduler bound it before ever refusing it (nothing was pending, so nothing is
+    owed), or given up (`GIVEN_UP_PHASES`, or ``Failed`` while unbound)."""
     if record.phase in GIVEN_UP_PHASES:
         return True
     if not record.node:
         return record.phase == Phase.FAILED
-    return record.phase in BOUND_CLOSED_PHASES or (not record.phase and not _followed(record))
+    if record.phase in BOUND_CLOSED_PHASES:
+        return True
+    return not record.phase and not (_followed(record) and record.refused)
 
 
 def _done(timeline: Timeline, expected: int) -> bool:
