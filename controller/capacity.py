@@ -163,6 +163,7 @@ def held_covers(
     last_bind: datetime | None = None,
     reserved: Mapping[str, Decimal] | None = None,
     foreign: Callable[[], Collection[str]] | None = None,
+    leaving: Mapping[str, Decimal] | None = None,
 ) -> tuple[set[PodRef], dict[str, Decimal]]:
     """The pods whose NodeReady cover still holds (left to their scheduler, out of
     planning), and the GPUs still free on the `fresh` NodeClaims (name -> GPUs, only
@@ -171,18 +172,22 @@ def held_covers(
     A NodeClaim's room is its GPUs (`NodeClaimInfo.gpus`) minus ``used`` (GPUs of the
     pods we served found bound to its node, by node name) minus ``reserved`` (GPUs of
     pending native pods Karpenter nominated onto it, by NodeClaim name,
-    `controller.plan.native_reserved`). A cover (`cover_of`) holds only as far as that
+    `controller.plan.native_reserved`) minus ``leaving`` (GPUs of pods told NodeReady
+    on it that left the pending set and are not read back yet, by NodeClaim name,
+    `controller.memory.Memory.leaving`). A cover (`cover_of`) holds only as far as that
     room goes, earliest covered first. ``cover``, ``cover_max``: seconds;
     ``last_bind``: see `cover_holds`; ``foreign``: the NodeClaims `fresh` passes over
     when no trigger's marker names them, asked for only when such a NodeClaim is
     otherwise fresh (every pass plans, and `foreign_claims` walks every nomination)."""
     room: dict[str, Decimal] = {}
     held_back = reserved or {}
+    on_way = leaving or {}
 
     def room_of(claim: NodeClaimInfo) -> Decimal:
         if claim.name not in room:
             taken = used.get(claim.node_name or "", Decimal(0))
-            room[claim.name] = claim.gpus - taken - held_back.get(claim.name, Decimal(0))
+            taken += held_back.get(claim.name, Decimal(0)) + on_way.get(claim.name, Decimal(0))
+            room[claim.name] = claim.gpus - taken
         return room[claim.name]
 
     by_claim: dict[str, list[tuple[datetime, PendingPod]]] = defaultdict(list)

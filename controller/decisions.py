@@ -137,6 +137,9 @@ class Snapshot:
     #: namespace (but the triggers') onto a NodeClaim not bought for our triggers keep
     #: its GPUs from our pods (`controller.capacity.foreign_claims`).
     opted_in: frozenset[str] = frozenset()
+    #: GPUs of pods told ``NodeReady`` that left the pending set and are not read back
+    #: yet, by the NodeClaim of their cover (`Memory.leaving`): not room for others.
+    leaving: Mapping[str, Decimal] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

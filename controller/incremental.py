@@ -155,6 +155,7 @@ class IncrementalPlanner:
         self._opted_in: frozenset[str] = frozenset()
         self._nodes: dict[str, NodeInfo] = {}
         self._used: dict[str, Decimal] = {}
+        self._leaving: dict[str, Decimal] = {}
         self._reserved: dict[str, Decimal] = {}
         self._coupled = False
         self._retries: dict[Key, RetryState] = {}
@@ -360,6 +361,7 @@ class IncrementalPlanner:
             self._lost,
             self._reserved,
             self._opted_in,
+            self._leaving,
         )
 
     def _refresh_shared(self, now: datetime) -> tuple[bool, bool]:
@@ -426,6 +428,10 @@ class IncrementalPlanner:
         used_now = used(cache, memory)  # small (a few nodes): compared every pass
         if used_now != self._used:
             self._used = used_now
+            shared = True
+        leaving = memory.leaving()  # the pods not read back yet: a burst's worth at most
+        if leaving != self._leaving:
+            self._leaving = leaving
             shared = True
         if shared:
             self._shared_version += 1

@@ -270,6 +270,7 @@ def _classify(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> dict[str, 
         lambda: foreign_claims(
             snapshot.nominations.values(), snapshot.opted_in, config.trigger.namespace
         ),
+        snapshot.leaving,
     )
     pools = PoolResolver(snapshot.nodepools, config)
     for pod in snapshot.pods:  # order-free: packing sorts what it packs

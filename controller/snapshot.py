@@ -51,4 +51,5 @@ def snapshot(cache: InformerCache, memory: Memory, now: datetime) -> Snapshot:
         lost=memory.lost_claims(),
         reserved=native_reserved(pods, nominations),
         opted_in=frozenset(cache.opted_in()),
+        leaving=memory.leaving(),
     )

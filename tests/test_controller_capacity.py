@@ -83,6 +83,19 @@ def test_covers_hold_earliest_first_and_free_room_is_what_they_and_bound_pods_le
     assert [r.name for r in held] == ["a"] and free == {"nc": Decimal("1.5")}
 
 
+def test_pods_told_nodeready_that_left_and_are_not_read_back_take_their_nodeclaims_room() -> None:
+    """In a burst the reads of pods that left the pending set lag their bindings: until
+    a read says where a pod went, its GPUs count on the NodeClaim of its cover."""
+    claim = ready_claim("nc", 2)
+    pods = [pending(n, "0.5") for n in "abc"]
+    covers = {("ml", p.ref.name): ("nc", NOW - timedelta(seconds=9)) for p in pods}
+    leaving = {"nc": Decimal("1"), "other": Decimal("4")}  # two pods bound, not read yet
+    held, free = held_covers(pods, {"nc": claim}, covers, {}, NOW, 60, leaving=leaving)
+    assert sorted(r.name for r in held) == ["a", "b"] and free == {}
+    held, free = held_covers([], {"nc": claim}, {}, {}, NOW, 60, leaving=leaving)
+    assert free == {"nc": Decimal("1")}
+
+
 def test_a_cover_outlives_its_period_only_while_pods_keep_binding_and_never_past_the_max() -> None:
     def holds(age: float, bound_ago: float | None) -> bool:
         last = None if bound_ago is None else NOW - timedelta(seconds=bound_ago)

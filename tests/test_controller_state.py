@@ -480,3 +480,29 @@ def test_a_gpu_pod_bound_before_it_was_unschedulable_takes_its_gpus_and_is_owed_
     snap = snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC))
     assert snap.used == {"ip-2": Decimal(1)} and snap.scheduled == []
     assert memory.last_bind() is None and memory.left() == []
+
+
+def test_a_pod_told_nodeready_that_left_counts_on_its_nodeclaim_until_read_back() -> None:
+    """Until the read says where it went, the GPUs of a pod told NodeReady that left the
+    pending set count against the NodeClaim of its cover (`Memory.leaving`): the
+    executor's record first, else its status; a pod that comes back, or is read back,
+    leaves no trace."""
+    state, memory = caches(Clock())
+    state.replace(PENDING_PODS, [])
+    ready = '{"phase":"NodeReady","nodeClaim":"nc-status","since":"2026-11-21T00:00:01Z"}'
+    memory.cover([(("ml", "b"), "nc-cover")], datetime(2026, 11, 21, tzinfo=UTC))
+    for name, status in (("a", ready), ("b", ready), ("c", '{"phase":"Triggered"}')):
+        pod = gpu_pod(name, "0.5", model="l4", status_annotation=status)
+        state.apply(PENDING_PODS, "ADDED", pod)
+        state.apply(PENDING_PODS, "DELETED", pod)
+    assert memory.leaving() == {"nc-status": Decimal("0.5"), "nc-cover": Decimal("0.5")}
+    snap = snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC))
+    assert snap.leaving == memory.leaving()
+    bound = gpu_pod("a", "0.5", model="l4", status_annotation=ready)
+    bound["spec"]["nodeName"] = "node-nc"
+    memory.resolve_left(("ml", "a"), bound)
+    state.apply(PENDING_PODS, "ADDED", gpu_pod("b", "0.5", model="l4", status_annotation=ready))
+    assert memory.leaving() == {}
+    assert snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC)).used == {
+        "node-nc": Decimal("0.5")
+    }
