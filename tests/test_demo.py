@@ -132,6 +132,19 @@ def test_a_nodeclaim_of_an_unneeded_model_or_never_launched_is_beyond_the_need()
     assert counted.claims_bought == 3 and counted.claims_native == 2
 
 
+def test_more_smaller_nodeclaims_at_no_more_cost_are_not_beyond_the_need() -> None:
+    one_big = (bought("big", "g6.12xlarge"),)  # 4 L4 GPUs
+    need = Need({"l4": 4}, one_big, {}, {"l4": 4})
+    smalls = [bought(f"small-{i}", "g6.xlarge") for i in range(4)]
+    assert 4 * by_name("g6.xlarge").price <= by_name("g6.12xlarge").price
+    assert balance(smalls, need).beyond == {}
+    # Past the count and the cost: beyond, with the ideal's cost named.
+    need = Need({"l4": 4}, (bought("one", "g6.xlarge"),), {}, {"l4": 4})
+    over = balance([bought("a", "g6.xlarge"), bought("b", "g6.xlarge")], need)
+    assert list(over.beyond) == ["b"]
+    assert "the ideal native twin's solve makes 1 for $0.8048/h" in over.beyond["b"]
+
+
 def test_gpus_of_another_model_may_serve_the_pods_of_no_model() -> None:
     """KAI puts a ``gpu-memory`` pod of no model on a card of any model: the model that
     took it may go beyond its own need by what the pods of no model need, while the GPUs

@@ -20,7 +20,7 @@ from gpu_intent.demo import apply, default_examples, run_demo
 from gpu_intent.demo.manifests import ExamplesError, read_examples
 from gpu_intent.demo.progress import Counts, StoryProgress
 from gpu_intent.demo.report import PodRecord, Timeline
-from gpu_intent.demo.story import closed
+from gpu_intent.demo.story import _story_problems, closed
 from intent.contract import Intent, Phase
 from intent.kube import Kube, load_configuration
 from sim import store as sim_store
@@ -196,6 +196,32 @@ def test_the_timeline_knows_which_pods_their_scheduler_refused_before_binding() 
     waited, placed = timeline.pods["ml/waited"], timeline.pods["ml/placed"]
     assert waited.refused and not closed(waited)
     assert not placed.refused and closed(placed)
+
+
+def test_a_launched_nodeclaim_no_example_pod_runs_on_is_a_problem() -> None:
+    timeline = Timeline(io.StringIO())
+
+    def claim(name: str, node: str | None, launched: bool) -> dict[str, Any]:
+        labels = {"node.kubernetes.io/instance-type": "g6.xlarge"} if launched else {}
+        conditions = [{"type": "Launched", "status": "True"}] if launched else []
+        status: dict[str, Any] = {"conditions": conditions}
+        if node:
+            status["nodeName"] = node
+        return {"metadata": {"name": name, "labels": labels}, "status": status}
+
+    timeline.on_nodeclaim("ADDED", claim("used", "n1", True))
+    timeline.on_nodeclaim("ADDED", claim("empty", "n2", True))
+    timeline.on_nodeclaim("ADDED", claim("gone-empty", "n3", True))
+    timeline.on_nodeclaim("DELETED", claim("gone-empty", "n3", True))
+    timeline.on_nodeclaim("ADDED", claim("never-launched", None, False))
+    pod = {
+        "metadata": {"namespace": "ml", "name": "p"},
+        "spec": {"nodeName": "n1"},
+        "status": {},
+    }
+    timeline.on_pod("ADDED", pod)
+    problems = _story_problems(timeline, 1, 0)
+    assert problems == ["launched NodeClaims no example pod runs on: empty, gone-empty"]
 
 
 def test_progress_is_a_plain_line_every_few_seconds_off_a_terminal() -> None:

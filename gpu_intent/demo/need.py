@@ -17,6 +17,7 @@ from typing import Any, Final
 from gpu_intent.demo.manifests import ANY_MODEL, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL
 from gpu_intent.demo.twin import DemandPod, Ideal, gpus_lower_bound, ideal_twins
 from intent.providers import AWS, ProviderProfile
+from intent.text import usd_for_people
 from sim.catalog import CATALOG, InstanceType, by_name
 from sim.karpenter import Snapshot, solve
 from sim.providers import ALL_INSTANCE_TYPES
@@ -210,7 +211,9 @@ def balance(bought: Sequence[ClaimCost], need: Need) -> Balance:
     """Compare the NodeClaims created (``bought``, in creation order) with ``need``.
 
     Beyond the need, each with the reason: a NodeClaim after the first
-    ``len(need.claims)`` (the ideal twin's solve); a launched one whose GPUs take its
+    ``len(need.claims)`` (the ideal twin's solve) that never launched, or whose price
+    takes the cost of those kept above the ideal solve's (more, smaller NodeClaims for
+    the same GPUs at no more cost are not beyond it); a launched one whose GPUs take its
     model's running total above ``max(need.lower_bound[model], ideal solve's GPUs of
     model)``, unless what is left of the need of pods of no model (`ANY_MODEL`: their
     sharing scheduler puts them on a card of any model, KAI's ``gpu-memory`` pods on a
@@ -229,15 +232,19 @@ def balance(bought: Sequence[ClaimCost], need: Need) -> Balance:
     gpu_less_allowed = sum(1 for c in need.claims if c.instance_type and not c.gpus)
     beyond: dict[str, str] = {}
     kept = gpu_less = total_used = 0
+    ideal_cost = sum((c.price_per_hour or Decimal(0) for c in need.claims), Decimal(0))
+    kept_cost = Decimal(0)
     used: dict[str, int] = defaultdict(int)
     for index, claim in enumerate(bought, 1):
         what = f"{claim.instance_type or 'not launched'}" + (
             f", {claim.gpus} {claim.gpu_model}" if claim.gpu_model else ""
         )
-        if kept >= len(need.claims):
+        price = claim.price_per_hour
+        if kept >= len(need.claims) and (price is None or kept_cost + price > ideal_cost):
             beyond[claim.name] = (
                 f"NodeClaim {index} of {len(bought)} created ({what}); the ideal native"
                 f" twin's solve makes {len(need.claims)}"
+                + ("" if price is None else f" for ${usd_for_people(ideal_cost)}/h")
             )
             continue
         if claim.gpu_model and claim.gpus:
@@ -262,6 +269,7 @@ def balance(bought: Sequence[ClaimCost], need: Need) -> Balance:
                 continue
             gpu_less += 1
         kept += 1
+        kept_cost += price or Decimal(0)
     return Balance(
         gpus_needed=dict(need.gpus),
         gpus_bought=_per_model(bought),

@@ -492,7 +492,7 @@ def _print_balance(text: TextIO, result: Balance, need: Need) -> None:
 def _story_problems(timeline: Timeline, expected: int, triggers_left: int) -> list[str]:
     """What keeps a story with the controller from ending well: example pods not seen,
     pods without a node, bound pods whose status is not closed or names another
-    NodeClaim, triggers left."""
+    NodeClaim, launched NodeClaims no example pod runs on, triggers left."""
     problems = []
     pending = sorted(r.name for r in timeline.pods.values() if not r.node)
     if len(timeline.pods) != expected:
@@ -506,9 +506,20 @@ def _story_problems(timeline: Timeline, expected: int, triggers_left: int) -> li
             "bound pods whose Scheduled status does not name the NodeClaim they run "
             f"on: {', '.join(misnamed)}"
         )
+    if empty := _empty_claims(timeline):
+        problems.append(f"launched NodeClaims no example pod runs on: {', '.join(empty)}")
     if triggers_left:
         problems.append(f"{triggers_left} trigger pod(s) left")
     return problems
+
+
+def _empty_claims(timeline: Timeline) -> list[str]:
+    """Launched NodeClaims (deleted ones too) whose node no example pod was bound to:
+    bought for nothing, however the cost compares."""
+    running = {timeline.claim_of_node.get(r.node) for r in timeline.pods.values() if r.node}
+    return sorted(
+        c.name for c in timeline.claims_bought() if c.launched and c.name not in running
+    )
 
 
 def _unclosed(timeline: Timeline) -> list[str]:
