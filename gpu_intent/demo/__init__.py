@@ -84,7 +84,7 @@ register 38 s, initialize 20 s (node Ready plus the NVIDIA device plugin adverti
 ``out`` (`summary_json` gives the shape).
 
 Exit codes: 0 every example pod bound with a closed status, no trigger left, every NodeClaim launched or
-gone and none beyond the need (``with_controller=False``: whole-GPU pods bound, the
+gone, every launched one running an example pod, and none beyond the need (``with_controller=False``: whole-GPU pods bound, the
 sharing-layer pods Pending with Karpenter's FailedScheduling, none beyond the need);
 1 otherwise; 2 when the examples cannot be read or applied (one line on ``err``).
 """
