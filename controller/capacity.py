@@ -31,7 +31,7 @@ from decimal import Decimal
 from controller import placement
 from controller.model import GroupKey, PendingPod, PodRef, TriggerInfo, parse_time
 from controller.nodes import NodeClaimInfo, NodeInfo, NodePoolInfo, Nomination, node_label_value
-from controller.packing import gpu_need, largest_need_first
+from controller.packing import gpu_use, largest_need_first
 from controller.triggers import LINKED_REASON
 from intent.contract import Phase
 from intent.providers import ProviderProfile, model_requirements, requirements_admit
@@ -175,7 +175,9 @@ def held_covers(
     `controller.plan.native_reserved`) minus ``leaving`` (GPUs of pods told NodeReady
     on it that left the pending set and are not read back yet, by NodeClaim name,
     `controller.memory.Memory.leaving`). A cover (`cover_of`) holds only as far as that
-    room goes, earliest covered first. ``cover``, ``cover_max``: seconds;
+    room goes, earliest covered first, each covered pod taking what it will take once
+    bound (`controller.packing.gpu_use`: a pod of several vGPUs their memory share of
+    its cards, as `controller.packing.pack` packed others beside it). ``cover``, ``cover_max``: seconds;
     ``last_bind``: see `cover_holds`; ``foreign``: the NodeClaims `fresh` passes over
     when no trigger's marker names them, asked for only when such a NodeClaim is
     otherwise fresh (every pass plans, and `foreign_claims` walks every nomination)."""
@@ -198,7 +200,7 @@ def held_covers(
     for name, marked in by_claim.items():
         claim = claims[name]
         for _, pod in sorted(marked, key=lambda m: (m[0], m[1].ref)):
-            if (need := gpu_need(pod.intent)) <= room_of(claim):
+            if (need := gpu_use(pod.intent)) <= room_of(claim):
                 held.add(pod.ref)
                 room[name] -= need
     candidates = [c for c in claims.values() if fresh(c, now, cover, cover_max, last_bind)]

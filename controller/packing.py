@@ -11,7 +11,7 @@ import heapq
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import ROUND_DOWN, Decimal
 from typing import Final
@@ -149,13 +149,33 @@ def largest_need_first(pods: Iterable[PendingPod]) -> list[tuple[PendingPod, Dec
     return needs
 
 
+def device_shares(intent: Intent) -> tuple[int, Decimal] | None:
+    """For a pod that states GPU memory on several devices (``gpus`` > 1) of a card of
+    known memory: (devices, the share of each it takes), as `gpu_use` counts it once
+    bound; None for any other pod. Buying for it takes that many whole GPUs
+    (`gpu_need`), but the rest of each card is free for other pods: HAMi's ``Fit``
+    places each vGPU by its ``nvidia.com/gpumem`` against a device's free memory
+    (pkg/device/nvidia/device.go), tensor-fusion each of ``gpu-count`` GPUs by its
+    ``vram-request``. Pure."""
+    if not intent.gpu_memory_mib or intent.gpus <= 1:
+        return None
+    card = _card_share(intent)
+    if card is None or card >= 1:
+        return None
+    return math.ceil(intent.gpus), card
+
+
 @dataclass(slots=True)
 class Bin:
-    """GPUs bought together: ``size`` whole GPUs, ``used`` of them by ``pods``."""
+    """GPUs bought together: ``size`` whole GPUs, ``used`` of them by ``pods``.
+    ``cards``: the spare share of each card, for a bin opened by a pod of several
+    devices that share their cards (`device_shares`); empty when the spare is one
+    share of the whole bin."""
 
     size: int
     used: Decimal
     pods: list[PendingPod]
+    cards: list[Decimal] = field(default_factory=list)
 
     @property
     def cpu_millis(self) -> int:
@@ -177,33 +197,51 @@ def pack(pods: Iterable[PendingPod], into: Iterable[Bin] = ()) -> list[Bin]:
     memory shares a card by that memory's share of it when its model's memory is known
     (three HAMi ``gpumem: 6000`` pods on one 22,888 MiB A10G); when it is not, it takes
     whole GPUs and shares none (KAI counts a ``gpu-memory`` pod as 0.1 GPU, and ten such
-    pods on one 24 GiB card would not fit), as a native whole-GPU pod would. Best fit
-    and first fit decreasing share the 11/9 OPT + 6/9 bound (Dosa 2007); a sorted index of spare
-    shares makes this O(n log n) instead of first fit's O(n x bins).
+    pods on one 24 GiB card would not fit), as a native whole-GPU pod would. A pod of
+    several devices that share their cards (`device_shares`: HAMi ``nvidia.com/gpu: 2``
+    with ``gpumem``) opens a bin of that many GPUs whose every card's spare share takes
+    pods as a 1-GPU bin's would: buying two whole A10Gs for two 10,000 MiB vGPUs left
+    12,888 MiB of each unbought, and a 1,000-pod demo bought a ``g5.12xlarge`` no pod
+    ran on. Best fit and first fit decreasing share the 11/9 OPT + 6/9 bound (Dosa
+    2007); a sorted index of spare shares makes this O(n log n) instead of first fit's
+    O(n x bins).
     """
     bins: list[Bin] = list(into)
     opened = len(bins)
-    spare: list[tuple[Decimal, int]] = sorted(  # (spare share, bin index)
-        (b.size - b.used, i) for i, b in enumerate(bins) if b.size > b.used
-    )
+    spare: list[tuple[Decimal, int, int]] = []  # (spare share, bin index, card or -1)
+    for i, b in enumerate(bins):
+        if b.cards:
+            spare.extend((left, i, card) for card, left in enumerate(b.cards) if left > 0)
+        elif b.size > b.used:
+            spare.append((b.size - b.used, i, -1))
+    spare.sort()
     for pod, need in largest_need_first(pods):
         if need >= 1:
             size = math.ceil(need)
+            shared = device_shares(pod.intent)
+            if shared is not None and shared[0] == size:
+                devices, share = shared
+                bins.append(Bin(size, devices * share, [pod], [1 - share] * devices))
+                for card in range(devices):
+                    bisect.insort(spare, (1 - share, len(bins) - 1, card))
+                continue
             bins.append(Bin(size, need, [pod]))
             if size - need > 0:
-                bisect.insort(spare, (size - need, len(bins) - 1))
+                bisect.insort(spare, (size - need, len(bins) - 1, -1))
             continue
-        at = bisect.bisect_left(spare, (need, -1))
+        at = bisect.bisect_left(spare, (need, -1, -1))
         if at < len(spare):
-            left, index = spare.pop(at)
+            left, index, card = spare.pop(at)
             chosen = bins[index]
             chosen.used += need
             chosen.pods.append(pod)
+            if card >= 0:
+                chosen.cards[card] = left - need
             if left - need > 0:
-                bisect.insort(spare, (left - need, index))
+                bisect.insort(spare, (left - need, index, card))
         else:
             bins.append(Bin(1, need, [pod]))
-            bisect.insort(spare, (1 - need, len(bins) - 1))
+            bisect.insort(spare, (1 - need, len(bins) - 1, -1))
     return bins[opened:]
 
 

@@ -96,6 +96,24 @@ def test_pods_told_nodeready_that_left_and_are_not_read_back_take_their_nodeclai
     assert free == {"nc": Decimal("1")}
 
 
+def test_a_covered_pod_of_several_vgpus_takes_only_their_memory_share_of_the_room() -> None:
+    """Packed beside a pod of two 10,000 MiB vGPUs on its two A10Gs (22,888 MiB), two
+    8,000 MiB pods stay covered with it: each takes what it will take once bound."""
+    extra = {"gpu-intent.io/gpu-memory": "10000", "gpu-intent.io/model-memory": "22888"}
+    source = ("hami:nvidia.com/gpumem", "hami:nvidia.com/use-gputype")
+    x2 = pending("x2", "2", model="a10g", source=source, extra_annotations=extra)
+    small = {**extra, "gpu-intent.io/gpu-memory": "8000"}
+    others = [
+        pending(n, "1", model="a10g", source=source, extra_annotations=small) for n in "ab"
+    ]
+    claim = ready_claim("nc", 2, model="a10g")
+    since = NOW - timedelta(seconds=9)
+    covers = {("ml", p.ref.name): ("nc", since) for p in (x2, *others)}
+    held, free = held_covers([x2, *others], {"nc": claim}, covers, {}, NOW, 60)
+    assert sorted(r.name for r in held) == ["a", "b", "x2"]
+    assert round(free["nc"], 3) == round(Decimal(2) - Decimal(36000) / 22888, 3)
+
+
 def test_a_cover_outlives_its_period_only_while_pods_keep_binding_and_never_past_the_max() -> None:
     def holds(age: float, bound_ago: float | None) -> bool:
         last = None if bound_ago is None else NOW - timedelta(seconds=bound_ago)

@@ -165,6 +165,34 @@ def test_memory_pods_of_a_named_model_share_its_cards_by_memory() -> None:
     assert sum(c.gpus for c in plan(snapshot(unknown, pools=HAMI_POOLS), CONFIG).creates) == 3
 
 
+def test_pods_share_the_cards_of_a_pod_of_several_vgpus() -> None:
+    """A HAMi pod of two 10,000 MiB vGPUs needs two whole A10Gs (22,888 MiB) bought on
+    one node, but HAMi's Fit places other pods on the 12,888 MiB each card keeps: one
+    8,000 MiB pod per card, never two. Staying with their trigger, the pods keep that
+    packing."""
+    memory = {"gpu-intent.io/model-memory": "22888"}
+    source = ("hami:nvidia.com/gpumem", "hami:nvidia.com/use-gputype")
+
+    def hami(name: str, gpus: str, mib: int) -> dict[str, Any]:
+        extra = {"gpu-intent.io/gpu-memory": str(mib), **memory}
+        return gpu_pod(name, gpus, model="a10g", source=source, extra_annotations=extra)
+
+    pods = [hami("x2", "2", 10000), *(hami(f"p{i}", "1", 8000) for i in range(3))]
+    parsed = [p for p in snapshot(pods).pods if isinstance(p, PendingPod)]
+    bins = sorted(pack(parsed), key=lambda b: -b.size)
+    assert [(b.size, sorted(p.ref.name for p in b.pods)) for b in bins] == [
+        (2, ["p0", "p1", "x2"]),
+        (1, ["p2"]),
+    ]
+    assert round(bins[0].used, 6) == round(Decimal(36000) / 22888, 6)
+    assert [round(c, 3) for c in bins[0].cards] == [round(Decimal(4888) / 22888, 3)] * 2
+    # Re-opened for pods staying with its trigger, the bin keeps its cards apart.
+    again = pack([parsed[-1]], into=[bins[0]])
+    assert [b.size for b in again] == [1]  # 4,888 MiB left on each card: no room for 8,000
+    result = plan(snapshot(pods, pools=HAMI_POOLS), CONFIG)
+    assert sum(c.gpus for c in result.creates) == 3
+
+
 def test_packing_fills_the_tightest_bin_so_fractions_need_the_fewest_gpus() -> None:
     shares = {"a": "0.6", "b": "0.5", "c": "0.4", "d": "0.3", "e": "0.2"}
     pods = snapshot([gpu_pod(name, share, model="l4") for name, share in shares.items()]).pods
