@@ -107,6 +107,7 @@ class Memory:
         if kind == Kind.PENDING_PODS:
             self._left.pop(key, None)
             self._leaving.pop(key, None)
+            self._counted_only.discard(key)  # a pod of that name again (StatefulSet)
 
     def gone(self, kind: Kind, key: Key, last: Obj, held: Obj | None) -> None:
         """A pending pod left the pending set (`_note_left`, from the watch's last word),

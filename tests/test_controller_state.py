@@ -506,3 +506,24 @@ def test_a_pod_told_nodeready_that_left_counts_on_its_nodeclaim_until_read_back(
     assert snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC)).used == {
         "node-nc": Decimal("0.5")
     }
+
+
+def test_a_pod_back_in_the_pending_set_before_its_read_is_owed_its_status_when_it_leaves() -> None:
+    """A pod deleted while pending and created again under its name (a StatefulSet's)
+    before the read of the first one: what was noted of the first is forgotten, so the
+    second, told a tracked phase, is owed its final status when bound."""
+    state, memory = caches(Clock())
+    state.replace(PENDING_PODS, [])
+    first = gpu_pod("web-0", "1", model="a10g", unschedulable=False)
+    state.apply(PENDING_PODS, "ADDED", first)
+    state.apply(PENDING_PODS, "DELETED", first)
+    assert not memory.scaled_up_for(("ml", "web-0"))
+    triggered = '{"phase":"Triggered","trigger":"gpu-intent-system/gi-x"}'
+    second = gpu_pod("web-0", "1", model="a10g", status_annotation=triggered)
+    state.apply(PENDING_PODS, "ADDED", second)
+    state.apply(PENDING_PODS, "DELETED", second)
+    assert memory.scaled_up_for(("ml", "web-0"))
+    bound = gpu_pod("web-0", "1", model="a10g", status_annotation=triggered)
+    bound["spec"]["nodeName"] = "ip-3"
+    memory.resolve_left(("ml", "web-0"), bound)
+    assert [p.ref.name for p in memory.scheduled()] == ["web-0"]
