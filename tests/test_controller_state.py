@@ -264,6 +264,22 @@ def test_unsimulatable_names_unknown_resources_and_labels() -> None:
 BOUND_AT = "2026-11-21T00:00:07Z"
 
 
+def passes_through(state: InformerCache, pod: dict[str, Any]) -> None:
+    """The pending-pod watch shows ``pod`` and then loses it (bound or deleted)."""
+    state.apply(PENDING_PODS, "ADDED", pod)
+    state.apply(PENDING_PODS, "DELETED", pod)
+
+
+def bound_pod(name: str, gpus: str, node: str, **kwargs: Any) -> dict[str, Any]:
+    """What reading pod ``name`` returns once bound to ``node`` (`gpu_pod` ``kwargs``)."""
+    pod = gpu_pod(name, gpus, **kwargs)
+    pod["spec"]["nodeName"] = node
+    pod["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": BOUND_AT}
+    ]
+    return pod
+
+
 def test_a_pod_bound_while_being_scaled_up_for_is_remembered_until_told() -> None:
     state, memory = caches(Clock())
     state.replace(PENDING_PODS, [])
@@ -440,15 +456,10 @@ def test_a_native_pod_bound_on_a_new_node_takes_its_gpus_but_moves_no_cover() ->
     state, memory = caches(Clock())
     state.replace(PENDING_PODS, [])
     native = '{"phase":"Native"}'
-    pod = gpu_pod("n", "2", model="l4", status_annotation=native)
-    state.apply(PENDING_PODS, "ADDED", pod)
-    state.apply(PENDING_PODS, "DELETED", pod)
-    bound = gpu_pod("n", "2", model="l4", status_annotation=native)
-    bound["spec"]["nodeName"] = "ip-1"
-    bound["status"]["conditions"] = [
-        {"type": "PodScheduled", "status": "True", "lastTransitionTime": BOUND_AT}
-    ]
-    memory.resolve_left(("ml", "n"), bound)
+    passes_through(state, gpu_pod("n", "2", model="l4", status_annotation=native))
+    memory.resolve_left(
+        ("ml", "n"), bound_pod("n", "2", "ip-1", model="l4", status_annotation=native)
+    )
     snap = snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC))
     assert snap.used == {"ip-1": Decimal(2)} and snap.scheduled == []
     assert memory.last_bind() is None
@@ -462,21 +473,13 @@ def test_a_gpu_pod_bound_before_it_was_unschedulable_takes_its_gpus_and_is_owed_
     node; it is owed no status, and its binding extends no cover."""
     state, memory = caches(Clock())
     state.replace(PENDING_PODS, [])
-    fresh = gpu_pod("f", "1", model="a10g", unschedulable=False)
-    state.apply(PENDING_PODS, "ADDED", fresh)
-    state.apply(PENDING_PODS, "DELETED", fresh)
+    passes_through(state, gpu_pod("f", "1", model="a10g", unschedulable=False))
     # A pod without an intent is no GPU pod: not read back.
     plain = gpu_pod("p", "1", unschedulable=False)
     del plain["metadata"]["annotations"]
-    state.apply(PENDING_PODS, "ADDED", plain)
-    state.apply(PENDING_PODS, "DELETED", plain)
+    passes_through(state, plain)
     assert memory.left() == [("ml", "f")] and not memory.scaled_up_for(("ml", "f"))
-    bound = gpu_pod("f", "1", model="a10g", unschedulable=False)
-    bound["spec"]["nodeName"] = "ip-2"
-    bound["status"]["conditions"] = [
-        {"type": "PodScheduled", "status": "True", "lastTransitionTime": BOUND_AT}
-    ]
-    memory.resolve_left(("ml", "f"), bound)
+    memory.resolve_left(("ml", "f"), bound_pod("f", "1", "ip-2", model="a10g", unschedulable=False))
     snap = snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC))
     assert snap.used == {"ip-2": Decimal(1)} and snap.scheduled == []
     assert memory.last_bind() is None and memory.left() == []
@@ -492,15 +495,13 @@ def test_a_pod_told_nodeready_that_left_counts_on_its_nodeclaim_until_read_back(
     ready = '{"phase":"NodeReady","nodeClaim":"nc-status","since":"2026-11-21T00:00:01Z"}'
     memory.cover([(("ml", "b"), "nc-cover")], datetime(2026, 11, 21, tzinfo=UTC))
     for name, status in (("a", ready), ("b", ready), ("c", '{"phase":"Triggered"}')):
-        pod = gpu_pod(name, "0.5", model="l4", status_annotation=status)
-        state.apply(PENDING_PODS, "ADDED", pod)
-        state.apply(PENDING_PODS, "DELETED", pod)
+        passes_through(state, gpu_pod(name, "0.5", model="l4", status_annotation=status))
     assert memory.leaving() == {"nc-status": Decimal("0.5"), "nc-cover": Decimal("0.5")}
     snap = snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC))
     assert snap.leaving == memory.leaving()
-    bound = gpu_pod("a", "0.5", model="l4", status_annotation=ready)
-    bound["spec"]["nodeName"] = "node-nc"
-    memory.resolve_left(("ml", "a"), bound)
+    memory.resolve_left(
+        ("ml", "a"), bound_pod("a", "0.5", "node-nc", model="l4", status_annotation=ready)
+    )
     state.apply(PENDING_PODS, "ADDED", gpu_pod("b", "0.5", model="l4", status_annotation=ready))
     assert memory.leaving() == {}
     assert snapshot(state, memory, datetime(2026, 11, 21, tzinfo=UTC)).used == {
@@ -514,16 +515,12 @@ def test_a_pod_back_in_the_pending_set_before_its_read_is_owed_its_status_when_i
     second, told a tracked phase, is owed its final status when bound."""
     state, memory = caches(Clock())
     state.replace(PENDING_PODS, [])
-    first = gpu_pod("web-0", "1", model="a10g", unschedulable=False)
-    state.apply(PENDING_PODS, "ADDED", first)
-    state.apply(PENDING_PODS, "DELETED", first)
+    passes_through(state, gpu_pod("web-0", "1", model="a10g", unschedulable=False))
     assert not memory.scaled_up_for(("ml", "web-0"))
     triggered = '{"phase":"Triggered","trigger":"gpu-intent-system/gi-x"}'
-    second = gpu_pod("web-0", "1", model="a10g", status_annotation=triggered)
-    state.apply(PENDING_PODS, "ADDED", second)
-    state.apply(PENDING_PODS, "DELETED", second)
+    passes_through(state, gpu_pod("web-0", "1", model="a10g", status_annotation=triggered))
     assert memory.scaled_up_for(("ml", "web-0"))
-    bound = gpu_pod("web-0", "1", model="a10g", status_annotation=triggered)
-    bound["spec"]["nodeName"] = "ip-3"
-    memory.resolve_left(("ml", "web-0"), bound)
+    memory.resolve_left(
+        ("ml", "web-0"), bound_pod("web-0", "1", "ip-3", model="a10g", status_annotation=triggered)
+    )
     assert [p.ref.name for p in memory.scheduled()] == ["web-0"]
