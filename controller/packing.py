@@ -200,9 +200,10 @@ def pack(pods: Iterable[PendingPod], into: Iterable[Bin] = ()) -> list[Bin]:
     pods on one 24 GiB card would not fit), as a native whole-GPU pod would. A pod of
     several devices that share their cards (`device_shares`: HAMi ``nvidia.com/gpu: 2``
     with ``gpumem``) opens a bin of that many GPUs whose every card's spare share takes
-    pods as a 1-GPU bin's would: buying two whole A10Gs for two 10,000 MiB vGPUs left
-    12,888 MiB of each unbought, and a 1,000-pod demo bought a ``g5.12xlarge`` no pod
-    ran on. Best fit and first fit decreasing share the 11/9 OPT + 6/9 bound (Dosa
+    pods as a 1-GPU bin's would: packed as two whole A10Gs, two 10,000 MiB vGPUs
+    counted 12,888 MiB of each card as used, which HAMi gives to other pods (in a
+    1,000-pod demo a 4-GPU node ran two such pods and eight 6,000 or 8,000 MiB pods
+    beside them). Best fit and first fit decreasing share the 11/9 OPT + 6/9 bound (Dosa
     2007); a sorted index of spare shares makes this O(n log n) instead of first fit's
     O(n x bins).
     """
