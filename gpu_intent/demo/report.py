@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, TextIO
 
+from controller.karpenter import unschedulable_condition
 from controller.model import ScaleUpStatus
 from gpu_intent.demo.manifests import INSTANCE_TYPE_LABEL, NODEPOOL_LABEL
 from gpu_intent.demo.need import Balance, ClaimCost, Need, bought_claim
@@ -187,7 +188,7 @@ class Timeline:
             record.phase = status.phase
             if status.trigger and status.trigger not in record.triggers:
                 record.triggers.append(status.trigger)
-        if not spec.get("nodeName") and _unschedulable(pod):
+        if not spec.get("nodeName") and unschedulable_condition(pod) is not None:
             record.refused = True
         if spec.get("nodeName") and record.node is None:
             record.node, record.bound_at = spec["nodeName"], self.now()
@@ -299,16 +300,6 @@ class Timeline:
         if source == "karpenter" and event.get("reason") == "FailedScheduling":
             text = shorten_failed_scheduling(text)
         self.say(f"{who} -> {target}", f"{event.get('reason')}: {text}")
-
-
-def _unschedulable(pod: Mapping[str, Any]) -> bool:
-    """The pod's ``PodScheduled`` condition is False with reason ``Unschedulable``."""
-    return any(
-        c.get("type") == "PodScheduled"
-        and c.get("status") == "False"
-        and c.get("reason") == "Unschedulable"
-        for c in (pod.get("status") or {}).get("conditions") or ()
-    )
 
 
 def describe_intent(intent: Intent | None) -> str:
