@@ -177,8 +177,8 @@ def held_covers(
     `controller.memory.Memory.leaving`). A cover (`cover_of`) holds only as far as that
     room goes, earliest covered first, each covered pod taking what it will take once
     bound (`controller.packing.gpu_use`: a pod of several vGPUs their memory share of
-    its cards, as `controller.packing.pack` packed others beside it). ``cover``, ``cover_max``: seconds;
-    ``last_bind``: see `cover_holds`; ``foreign``: the NodeClaims `fresh` passes over
+    its cards, as `controller.packing.pack` packed others beside it). ``cover``,
+    ``cover_max``: seconds; ``last_bind``: see `cover_holds`; ``foreign``: the NodeClaims `fresh` passes over
     when no trigger's marker names them, asked for only when such a NodeClaim is
     otherwise fresh (every pass plans, and `foreign_claims` walks every nomination)."""
     room: dict[str, Decimal] = {}
