@@ -75,7 +75,7 @@ def gpu_need(intent: Intent) -> Decimal:
       the nearest k/7 or k/4 (`_mig_share`), so seven ``1g.5gb`` fill one GPU.
     Pure."""
     gpus = intent.gpus
-    if any(source.where == "mig" for source in intent.source):
+    if _is_mig(intent):
         return _mig_share(gpus)
     if not intent.gpu_memory_mib:
         return gpus
@@ -86,6 +86,11 @@ def gpu_need(intent: Intent) -> Decimal:
         return Decimal(1)
     stated = gpus if SHARE_SOURCES.intersection(intent.source) else Decimal(0)
     return min(max(stated, card), Decimal(1))
+
+
+def _is_mig(intent: Intent) -> bool:
+    """The intent asks for MIG slices (a ``mig`` source). Pure."""
+    return any(source.where == "mig" for source in intent.source)
 
 
 #: Compute slices per GPU under MIG: 7 (A100, H100, H200, B200), 4 (A30). NVIDIA MIG
@@ -132,8 +137,9 @@ def gpu_use(intent: Intent) -> Decimal:
     ``vram-request``. So: ``ceil(gpus)`` x that memory's share of the card (at least
     `HAMI_MIN_SHARE` for HAMi, at most one GPU), or ``ceil(gpus)`` when the card's
     memory is unknown. Two tensor-fusion pods of two 10 GiB vGPUs on the same two L4
-    cards take 2 x 2 x 0.44 of the node's GPUs, not 2 x 2. Pure."""
-    if not intent.gpu_memory_mib or intent.gpus <= 1:
+    cards take 2 x 2 x 0.44 of the node's GPUs, not 2 x 2. A MIG slice pod takes its
+    slices' share (`gpu_need`): its memory is the profile's, not a vGPU's. Pure."""
+    if not intent.gpu_memory_mib or intent.gpus <= 1 or _is_mig(intent):
         return gpu_need(intent)
     devices = Decimal(math.ceil(intent.gpus))
     card = _card_share(intent)
@@ -156,8 +162,8 @@ def device_shares(intent: Intent) -> tuple[int, Decimal] | None:
     (`gpu_need`), but the rest of each card is free for other pods: HAMi's ``Fit``
     places each vGPU by its ``nvidia.com/gpumem`` against a device's free memory
     (pkg/device/nvidia/device.go), tensor-fusion each of ``gpu-count`` GPUs by its
-    ``vram-request``. Pure."""
-    if not intent.gpu_memory_mib or intent.gpus <= 1:
+    ``vram-request``. None for MIG slices, which are whole profiles (`gpu_need`). Pure."""
+    if not intent.gpu_memory_mib or intent.gpus <= 1 or _is_mig(intent):
         return None
     card = _card_share(intent)
     if card is None or card >= 1:
@@ -219,8 +225,8 @@ def pack(pods: Iterable[PendingPod], into: Iterable[Bin] = ()) -> list[Bin]:
     for pod, need in largest_need_first(pods):
         if need >= 1:
             size = math.ceil(need)
-            shared = device_shares(pod.intent)
-            if shared is not None and shared[0] == size:
+            shared = device_shares(pod.intent)  # its devices are ``size``, `gpu_need`
+            if shared is not None:
                 devices, share = shared
                 bins.append(Bin(size, devices * share, [pod], [1 - share] * devices))
                 for card in range(devices):

@@ -92,7 +92,7 @@ def test_mig_slices_are_packed_by_compute_slices_not_memory() -> None:
     from decimal import Decimal
 
     from controller.model import PendingPod, PodRef
-    from controller.packing import gpu_need, pack
+    from controller.packing import device_shares, gpu_need, gpu_use, pack
     from intent.contract import Intent, Source
 
     def pending(name: str, intent: Intent) -> PendingPod:
@@ -112,6 +112,11 @@ def test_mig_slices_are_packed_by_compute_slices_not_memory() -> None:
     seven = [pending(f"s{i}", intent=slice_) for i in range(7)]
     assert [b.size for b in pack(seven)] == [1]
     assert sorted(b.size for b in pack([*seven, pending("s7", intent=slice_)])) == [1, 1]
+    # Three 3g.20gb slices (9/7 GPU) are slices, not vGPUs on two cards: they take their
+    # compute share once bound and open no per-card bin.
+    nine = Intent(Decimal("1.285715"), "a100", None, 20480, three.source, 40960)
+    assert gpu_use(nine) == gpu_need(nine) and device_shares(nine) is None
+    assert [(b.size, b.cards) for b in pack([pending("n", intent=nine)])] == [(2, [])]
 
 
 def test_volcano_vgpu_shares_read_like_hamis() -> None:
