@@ -219,8 +219,8 @@ def balance(bought: Sequence[ClaimCost], need: Need) -> Balance:
     sharing scheduler puts them on a card of any model, KAI's ``gpu-memory`` pods on a
     node bought for tensor-fusion's L40S pods) takes the excess and the GPUs of all
     models stay within the larger of the two totals (the solve places the pods of no
-    model on some model: they are not counted twice); a launched one without GPUs once the ideal solve's
-    GPU-less NodeClaims are used up. Costs in USD/hour.
+    model on some model: they are not counted twice); a launched one without GPUs once
+    the ideal solve's GPU-less NodeClaims are used up. Costs in USD/hour.
     """
     native_gpus = _per_model(need.claims)
     allowed = {
@@ -276,7 +276,7 @@ def balance(bought: Sequence[ClaimCost], need: Need) -> Balance:
         gpus_native=native_gpus,
         gpus_lower_bound=dict(need.lower_bound),
         cost_bought=sum((c.price_per_hour or Decimal(0) for c in bought), Decimal(0)),
-        cost_native=sum((c.price_per_hour or Decimal(0) for c in need.claims), Decimal(0)),
+        cost_native=ideal_cost,
         claims_bought=len(bought),
         claims_native=len(need.claims),
         beyond=beyond,
