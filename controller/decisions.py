@@ -43,7 +43,11 @@ class PlanConfig:
         cover_max_seconds: how long such a cover may last while the schedulers are
             still binding pods we scaled up for (`controller.capacity.cover_holds`).
         max_triggers: most live trigger pods at once; a bound on what a bug or a flood
-            of pods can buy.
+            of pods can buy, set above the bursts a cluster makes (NodePool ``limits``
+            stay the budget). Where it binds, the pods left waiting are not idle: their
+            schedulers place them on the nodes bought for the others, whose pods then
+            need more. ``bench.cost`` (508 pods, 168 to 198 triggers) bought a second
+            p4d.24xlarge in the runs where 100 held 20 pods back, and none with 1000.
         max_triggers_per_pool: most live trigger pods of one NodePool (0: only
             ``max_triggers``).
         max_gpus_per_trigger: most GPUs one trigger asks for; a pod needing more waits
@@ -68,7 +72,7 @@ class PlanConfig:
     default_nodepool: str | None = None
     cover_seconds: float = 60.0
     cover_max_seconds: float = 300.0
-    max_triggers: int = 100
+    max_triggers: int = 1000
     max_triggers_per_pool: int = 0
     max_gpus_per_trigger: int = 8
     retry_base_seconds: float = 30.0
