@@ -25,16 +25,70 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
 from controller import placement
 from controller.model import GroupKey, PendingPod, PodRef, TriggerInfo, parse_time
 from controller.nodes import NodeClaimInfo, NodeInfo, NodePoolInfo, Nomination, node_label_value
-from controller.packing import gpu_use, largest_need_first
+from controller.packing import gpu_use, largest_need_first, spread_demand
 from controller.triggers import LINKED_REASON
-from intent.contract import Phase
+from intent.contract import Intent, Phase
 from intent.providers import ProviderProfile, model_requirements, requirements_admit
+
+
+@dataclass(slots=True)
+class Room:
+    """The room a Ready NodeClaim has left for pods: ``cards``, the share of each of its
+    GPUs still free (a list as long as the NodeClaim has GPUs; a share may go below 0
+    when more is taken than the node has).
+
+    Built by `of` from what is taken on the node in all, spread evenly over its cards:
+    the planner knows what the pods on a node take, not which card each went to.
+    HAMi's scheduler places a pod on the least used cards that hold it (its chart's
+    default ``scheduler.defaultSchedulerPolicy.gpuSchedulerPolicy: spread``:
+    ``DeviceUsageList`` sorted by usage score, pkg/scheduler/policy/gpu_policy.go),
+    which keeps a node's cards about even, and even
+    cards are the worst case for a pod of one card: the freest card of a node holds at
+    least the average. So a HAMi pod (`controller.packing.spread_demand`) fits where
+    that many cards each have its share free, and takes it from the freest ones: four
+    8000 MiB pods on a 4 x A10G node leave 2.6 GPUs in all but no card with 20000 MiB.
+    Any other pod fits where its GPUs fit in all (its layer packs cards as it likes,
+    `controller.packing.pack` judged that) and takes them evenly from every card."""
+
+    cards: list[Decimal]
+
+    @classmethod
+    def of(cls, gpus: Decimal, taken: Decimal) -> Room:
+        """The room of a NodeClaim of ``gpus`` GPUs (whole) of which ``taken`` GPUs are
+        taken."""
+        count = max(int(gpus), 0)
+        each = taken / count if count else Decimal(0)
+        return cls([Decimal(1) - each] * count)
+
+    @property
+    def total(self) -> Decimal:
+        """GPUs free in all."""
+        return sum(self.cards, Decimal(0))
+
+    def take(self, intent: Intent, need: Decimal) -> bool:
+        """Take what a pod of ``intent`` needs, if it fits: its `spread_demand` for a HAMi
+        pod, else ``need`` GPUs in all. Returns whether it fit (nothing is taken if not)."""
+        spread = spread_demand(intent)
+        if spread is None:
+            if need > self.total or not self.cards:
+                return False
+            each = need / len(self.cards)
+            self.cards = [free - each for free in self.cards]
+            return True
+        devices, share = spread
+        freest = sorted(range(len(self.cards)), key=lambda i: (-self.cards[i], i))[:devices]
+        if len(freest) < devices or any(self.cards[i] < share for i in freest):
+            return False
+        for i in freest:
+            self.cards[i] -= share
+        return True
 
 
 def cover_holds(
@@ -164,32 +218,34 @@ def held_covers(
     reserved: Mapping[str, Decimal] | None = None,
     foreign: Callable[[], Collection[str]] | None = None,
     leaving: Mapping[str, Decimal] | None = None,
-) -> tuple[set[PodRef], dict[str, Decimal]]:
+) -> tuple[set[PodRef], dict[str, Room]]:
     """The pods whose NodeReady cover still holds (left to their scheduler, out of
-    planning), and the GPUs still free on the `fresh` NodeClaims (name -> GPUs, only
-    those with some), for other pods.
+    planning), and the room still free on the `fresh` NodeClaims (name -> `Room`, only
+    those with some GPUs free in all), for other pods.
 
     A NodeClaim's room is its GPUs (`NodeClaimInfo.gpus`) minus ``used`` (GPUs of the
     pods we served found bound to its node, by node name) minus ``reserved`` (GPUs of
     pending native pods Karpenter nominated onto it, by NodeClaim name,
     `controller.plan.native_reserved`) minus ``leaving`` (GPUs of pods told NodeReady
     on it that left the pending set and are not read back yet, by NodeClaim name,
-    `controller.memory.Memory.leaving`). A cover (`cover_of`) holds only as far as that
-    room goes, earliest covered first, each covered pod taking what it will take once
-    bound (`controller.packing.gpu_use`: a pod of several vGPUs their memory share of
-    its cards, as `controller.packing.pack` packed others beside it). ``cover``,
+    `controller.memory.Memory.leaving`), spread over its cards (`Room`). A cover
+    (`cover_of`) holds only as far as that room goes, earliest covered first, each
+    covered pod taking what it will take once bound (`Room.take` of its
+    `controller.packing.gpu_use`: a pod of several vGPUs their memory share of its
+    cards, as `controller.packing.pack` packed others beside it; a HAMi pod its share
+    of the freest cards). ``cover``,
     ``cover_max``: seconds; ``last_bind``: see `cover_holds`; ``foreign``: the NodeClaims `fresh` passes over
     when no trigger's marker names them, asked for only when such a NodeClaim is
     otherwise fresh (every pass plans, and `foreign_claims` walks every nomination)."""
-    room: dict[str, Decimal] = {}
+    room: dict[str, Room] = {}
     held_back = reserved or {}
     on_way = leaving or {}
 
-    def room_of(claim: NodeClaimInfo) -> Decimal:
+    def room_of(claim: NodeClaimInfo) -> Room:
         if claim.name not in room:
             taken = used.get(claim.node_name or "", Decimal(0))
             taken += held_back.get(claim.name, Decimal(0)) + on_way.get(claim.name, Decimal(0))
-            room[claim.name] = claim.gpus - taken
+            room[claim.name] = Room.of(claim.gpus, taken)
         return room[claim.name]
 
     by_claim: dict[str, list[tuple[datetime, PendingPod]]] = defaultdict(list)
@@ -200,15 +256,14 @@ def held_covers(
     for name, marked in by_claim.items():
         claim = claims[name]
         for _, pod in sorted(marked, key=lambda m: (m[0], m[1].ref)):
-            if (need := gpu_use(pod.intent)) <= room_of(claim):
+            if room_of(claim).take(pod.intent, gpu_use(pod.intent)):
                 held.add(pod.ref)
-                room[name] -= need
     candidates = [c for c in claims.values() if fresh(c, now, cover, cover_max, last_bind)]
     if foreign is not None and any(not c.marked for c in candidates):
         passed = foreign()
         candidates = [c for c in candidates if c.marked or c.name not in passed]
     free = {c.name: room_of(c) for c in candidates}
-    return held, {name: gpus for name, gpus in free.items() if gpus > 0}
+    return held, {name: left for name, left in free.items() if left.total > 0}
 
 
 def claim_hosts(
@@ -244,13 +299,15 @@ def claim_hosts(
 def place_on_free(
     pods: Iterable[PendingPod],
     key: GroupKey,
-    free: dict[str, Decimal],
+    free: Mapping[str, Room],
     claims: Mapping[str, NodeClaimInfo],
     profile: ProviderProfile,
 ) -> tuple[list[PendingPod], list[tuple[PendingPod, NodeClaimInfo]]]:
-    """Place the group's pods on the free GPUs of `fresh` NodeClaims (``free``, from
-    `held_covers`; consumed here): largest need first (`controller.packing.gpu_need`),
-    first NodeClaim by name that hosts the pod (`claim_hosts`) and has room. Returns the
+    """Place the group's pods on the free room of `fresh` NodeClaims (``free``, from
+    `held_covers`; what is placed is taken out of it): largest need first
+    (`controller.packing.gpu_need`), first NodeClaim by name that hosts the pod
+    (`claim_hosts`) and has room for it (`Room.take`: a HAMi pod of two 10000 MiB vGPUs
+    fits two A10Gs with half their memory free, not only two free GPUs). Returns the
     pods left to plan and the (pod, NodeClaim) placements."""
     left: list[PendingPod] = []
     placed: list[tuple[PendingPod, NodeClaimInfo]] = []
@@ -259,14 +316,13 @@ def place_on_free(
             (
                 n
                 for n in sorted(free)
-                if free[n] >= need and claim_hosts(claims[n], key, pod, profile)
+                if claim_hosts(claims[n], key, pod, profile) and free[n].take(pod.intent, need)
             ),
             None,
         )
         if name is None:
             left.append(pod)
             continue
-        free[name] -= need
         placed.append((pod, claims[name]))
     return left, placed
 

@@ -146,6 +146,25 @@ def gpu_use(intent: Intent) -> Decimal:
     return devices if card is None else devices * card
 
 
+def spread_demand(intent: Intent) -> tuple[int, Decimal] | None:
+    """For a HAMi pod (a ``hami`` source): (devices, the share of each it takes), as
+    HAMi's scheduler places it card by card, each vGPU on a distinct device whose free
+    memory holds its ``nvidia.com/gpumem`` (``Fit``, pkg/device/nvidia/device.go): a pod
+    of several vGPUs its `device_shares`; one stating memory on one card that memory's
+    share (`gpu_need`, at least `HAMI_MIN_SHARE`); one that asks whole GPUs without
+    memory a whole card each (HAMi gives it all of a card's memory). None for any other
+    pod, whose room is counted in all (`controller.capacity.Room`). Pure."""
+    if not any(source.where == "hami" for source in intent.source):
+        return None
+    devices = device_shares(intent)
+    if devices is not None:
+        return devices
+    need = gpu_need(intent)
+    if need < 1:
+        return 1, need
+    return math.ceil(need), Decimal(1)
+
+
 def largest_need_first(pods: Iterable[PendingPod]) -> list[tuple[PendingPod, Decimal]]:
     """``pods`` with their `gpu_need` (GPUs), largest need first, then oldest, then by
     ref: the order packing (`pack`) and free-GPU placement

@@ -62,6 +62,7 @@ from decimal import Decimal
 
 from controller import statuses
 from controller.capacity import (
+    Room,
     claim_hosts,
     foreign_claims,
     held_covers,
@@ -247,7 +248,7 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
     return work.to_plan(_node_labels(snapshot, work.live))
 
 
-def _classify(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> dict[str, Decimal]:
+def _classify(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> dict[str, Room]:
     """Classify (module doc, 1 and 5): what each pending pod needs. A pod whose intent
     does not parse is told ``InvalidIntent``; one Karpenter provisions for itself
     (`is_native`) ``Native``; one under a NodeReady cover that still holds
@@ -255,8 +256,8 @@ def _classify(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> dict[str, 
     or no node of its pool can run (`controller.pools.PoolResolver`), ``Unresolvable``;
     one out of scale-up attempts ``Failed``, and one in its retry backoff ``Waiting``.
     Every other pod joins its group in ``work.groups``: (NodePool, model, copied node
-    selector, and for a pod that names no model its GPU memory). Returns the free GPUs
-    of Ready NodeClaims, by name, that the covers leave (`held_covers`)."""
+    selector, and for a pod that names no model its GPU memory). Returns the room of
+    Ready NodeClaims, by name, that the covers leave (`held_covers`)."""
     held, free = held_covers(
         (p for p in snapshot.pods if isinstance(p, PendingPod) and not is_native(p)),
         snapshot.nodeclaims,
@@ -312,7 +313,7 @@ def _group_key(pod: PendingPod, pool: NodePoolInfo, config: PlanConfig) -> Group
 
 
 def _place_on_free(
-    snapshot: Snapshot, config: PlanConfig, work: _Pass, free: dict[str, Decimal]
+    snapshot: Snapshot, config: PlanConfig, work: _Pass, free: dict[str, Room]
 ) -> None:
     """Classify, continued: the pods of each group that fit the free GPUs of a Ready
     NodeClaim (``free``; `controller.capacity.place_on_free`, which takes what it places

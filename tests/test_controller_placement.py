@@ -13,7 +13,7 @@ from controller_fixtures import gpu_pod, nodeclaim, nodepool
 from prometheus_client import CollectorRegistry
 
 from controller import placement
-from controller.capacity import place_on_free
+from controller.capacity import Room, place_on_free
 from controller.decisions import PlanConfig, Snapshot
 from controller.metrics import ControllerMetrics
 from controller.model import (
@@ -227,10 +227,10 @@ def test_a_hami_pod_is_not_told_node_ready_on_a_node_without_gpu_on() -> None:
     key = GroupKey("gpu-any", None, placement=CONFIG.placement.hami)
     pod = parse_pending_pod(gpu_pod("vgpu", "0.5", source=HAMI_SOURCE), {"gpu"})
     assert isinstance(pod, PendingPod)
-    free = {"plain": Decimal(2)}
+    free = {"plain": Room.of(Decimal(2), Decimal(0))}
     left, placed = place_on_free([pod], key, free, {"plain": plain}, CONFIG.trigger.profile)
     assert (left, placed) == ([pod], [])
-    free = {"hami": Decimal(2), "plain": Decimal(2)}
+    free = {"hami": Room.of(Decimal(2), Decimal(0)), "plain": Room.of(Decimal(2), Decimal(0))}
     claims = {"plain": plain, "hami": hami}
     _, placed = place_on_free([pod], key, free, claims, CONFIG.trigger.profile)
     assert [c.name for _, c in placed] == ["hami"]
