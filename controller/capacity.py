@@ -49,13 +49,13 @@ class Room:
     HAMi's scheduler places a pod on the least used cards that hold it (its chart's
     default ``scheduler.defaultSchedulerPolicy.gpuSchedulerPolicy: spread``:
     ``DeviceUsageList`` sorted by usage score, pkg/scheduler/policy/gpu_policy.go),
-    which keeps a node's cards about even, and even
-    cards are the worst case for a pod of one card: the freest card of a node holds at
-    least the average. So a HAMi pod (`controller.packing.spread_demand`) fits where
-    that many cards each have its share free, and takes it from the freest ones: four
-    8000 MiB pods on a 4 x A10G node leave 2.6 GPUs in all but no card with 20000 MiB.
-    Any other pod fits where its GPUs fit in all (its layer packs cards as it likes,
-    `controller.packing.pack` judged that) and takes them evenly from every card."""
+    which keeps a node's cards about even, and even cards are the worst case for a pod
+    of one card: the freest card of a node holds at least the average. So a HAMi pod
+    (`controller.packing.spread_demand`) fits where that many cards each have its share
+    free, and takes it from the freest ones: four 8000 MiB pods on a 4 x A10G node leave
+    2.6 GPUs in all but no card with 20000 MiB. Any other pod fits where its GPUs fit
+    in all (its layer packs cards as it likes, `controller.packing.pack` judged that)
+    and takes them evenly from every card."""
 
     cards: list[Decimal]
 
@@ -233,10 +233,10 @@ def held_covers(
     covered pod taking what it will take once bound (`Room.take` of its
     `controller.packing.gpu_use`: a pod of several vGPUs their memory share of its
     cards, as `controller.packing.pack` packed others beside it; a HAMi pod its share
-    of the freest cards). ``cover``,
-    ``cover_max``: seconds; ``last_bind``: see `cover_holds`; ``foreign``: the NodeClaims `fresh` passes over
-    when no trigger's marker names them, asked for only when such a NodeClaim is
-    otherwise fresh (every pass plans, and `foreign_claims` walks every nomination)."""
+    of the freest cards). ``cover``, ``cover_max``: seconds; ``last_bind``: see
+    `cover_holds`; ``foreign``: the NodeClaims `fresh` passes over when no trigger's
+    marker names them, asked for only when such a NodeClaim is otherwise fresh (every
+    pass plans, and `foreign_claims` walks every nomination)."""
     room: dict[str, Room] = {}
     held_back = reserved or {}
     on_way = leaving or {}
