@@ -37,7 +37,10 @@ default plugins), stopping at the first failure:
    delete-protection finalizer, ``status.allocation`` and the pod in
    ``status.reservedFor``.
 
-Pods are tried in PrioritySort order (``spec.priority`` descending, then creation time);
+Pods are tried in PrioritySort order (``spec.priority`` descending, then creation time,
+to the second, then name: the real ones break those ties otherwise, kube-scheduler by
+when the pod last entered its queue, ``QueuedPodInfo.Timestamp``, KAI by UID, its
+``JobOrderFn`` in ``pkg/scheduler/framework/session_plugins.go``);
 among the nodes that fit, the one `node_order` ranks first wins: for kube-scheduler its
 default scoring of CPU and memory (`kube_score`), for KAI the fewest idle GPUs, for the
 others the most GPU share allocated; ties go by name (the real ones pick at random).
