@@ -182,7 +182,14 @@ class StatusWriter:
     def queue(self, changes: Sequence[SetStatus]) -> None:
         """Hand status writes to the writer task: the latest per pod wins, and one equal
         to what is being written already is dropped, as is a ``Scheduled`` for a pod no
-        longer owed it (`Memory.owes_final`: written already): no duplicate Events."""
+        longer owed it (`Memory.owes_final`: written already): no duplicate Events.
+
+        An open status that replaces one still queued takes its place in the line, not
+        the end of it: behind a burst, a pod whose status moves on every few seconds
+        (``Triggered``, ``Provisioning``, ``NodeReady``) would otherwise go to the back
+        at each move and keep the first status it was told for as long as the burst
+        lasts (a 1,000-pod demo showed a ``Waiting`` kept 21 s while its pods got a
+        trigger, a NodeClaim and a node)."""
         for change in changes:
             key = (change.ref.namespace, change.ref.name)
             writing = self._writing.get(key)
@@ -190,14 +197,16 @@ class StatusWriter:
                 continue
             if change.status.phase == Phase.SCHEDULED and not self._memory.owes_final(key):
                 continue  # written already (a pass planned before that write landed)
-            for waiting in (self._queued, self._final, self._closing):
-                waiting.pop(key, None)
             if change.status.phase in TRACKED_PHASES:
-                self._queued[key] = change
+                target = self._queued
             elif change.status.phase == Phase.SCHEDULED:
-                self._closing[key] = change
+                target = self._closing
             else:
-                self._final[key] = change
+                target = self._final
+            for waiting in (self._queued, self._final, self._closing):
+                if waiting is not target:
+                    waiting.pop(key, None)
+            target[key] = change  # a key queued already keeps its place (dict order)
         self._start()
 
     def _start(self) -> None:

@@ -203,3 +203,22 @@ def test_provisioning_messages_show_gpus_with_at_most_two_decimals() -> None:
         "0.8048",
         "0.526",
     ]
+
+
+async def test_a_status_that_moves_on_while_queued_keeps_its_place_in_line() -> None:
+    """Behind a burst, a pod whose status is decided again (``Triggered`` then
+    ``Provisioning``) is written where it first queued, with the latest status; sent to
+    the back at every move, it kept its first status for as long as the burst lasted."""
+    kube = FakeKube()
+    status_writer, cache, _ = writer(kube)
+    refs = [pending(cache, f"p{i}", "5") for i in range(3 * BATCH)]
+    status_writer.queue([SetStatus(r, TRIGGERED, None) for r in refs])
+    moved = ScaleUpStatus(Phase.PROVISIONING, "claim c1", None, "c1")
+    status_writer.queue([SetStatus(refs[0], moved, None)])
+    await status_writer.flush()
+    annotated = [(name, a) for kind, name, a in kube.calls if kind == "annotate"]
+    assert len(annotated) == 3 * BATCH  # one write per pod: the latest status only
+    first_name, first = annotated[0]
+    assert first_name == "p0"
+    shown = ScaleUpStatus.from_annotation(first[ANNOTATION_SCALE_UP])
+    assert shown is not None and shown.phase == Phase.PROVISIONING
