@@ -756,8 +756,12 @@ def _settle(
             return  # capacity on its way: kept as supply, deleted once Ready
         # Nothing was bought for it yet: the group cools down (pods that come and
         # go would otherwise make a trigger, and maybe a NodeClaim, each time). A
-        # Ready NodeClaim's free GPUs take new pods of the group instead.
-        orphan = trigger.group if claim is None else None
+        # Ready NodeClaim's free GPUs take new pods of the group instead. Not when
+        # this pass makes a trigger of the group: its pods did not go, they were
+        # packed anew as more came (a 1-GPU trigger left empty beside new 2-GPU
+        # ones), and a cooldown would hold back the rest of a burst for its length.
+        repacked = any(c.group == trigger.group for c in work.creates)
+        orphan = trigger.group if claim is None and not repacked else None
         unneeded = NotNeeded(claim.name if claim is not None else None)
         work.deletes.append(DeleteTrigger(trigger.ref, unneeded, orphan=orphan))
         return

@@ -201,6 +201,22 @@ def test_an_orphan_trigger_is_removed_and_its_group_cools_down() -> None:
     assert len(plan(after, config).creates) == 1
 
 
+def test_a_trigger_emptied_by_a_new_packing_starts_no_cooldown() -> None:
+    """A pass that deletes a trigger no bin needs while it makes a new trigger of the
+    same group did not see pods come and go: its demand was packed anew (in a
+    1,000-pod burst, HAMi's 1-card pods moved onto the cards of a 2-vGPU pod, leaving
+    a 1-GPU trigger empty beside new 2-GPU ones). A cooldown would hold back the rest
+    of the burst for 10 s."""
+    first = plan(snapshot([gpu_pod("a", "1", model="l4")]), FAST)
+    trigger = live_trigger(first)
+    moved = plan(snapshot([gpu_pod("b", "2", model="l4")], triggers=[trigger]), FAST)
+    [delete] = moved.deletes
+    assert [c.gpus for c in moved.creates] == [2]
+    assert delete.orphan is None  # the group's demand stands: no cooldown
+    gone = plan(snapshot([], triggers=[trigger]), FAST)
+    assert gone.deletes[0].orphan == GroupKey("gpu-standard", "l4", placement=KAI)
+
+
 def test_a_pod_above_the_gpus_per_trigger_cap_waits_and_says_so() -> None:
     config = dataclasses.replace(CONFIG, max_gpus_per_trigger=4)
     result = plan(
