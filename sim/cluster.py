@@ -29,7 +29,12 @@ from sim.karpenter import KarpenterSim
 from sim.kubelet import SimKubelet
 from sim.nodeclaims import KarpenterTimings
 from sim.providers import catalog_for
-from sim.scheduler import CLUSTER_SCHEDULER_NAMES, REAL_BACKOFF_SECONDS, SimScheduler
+from sim.scheduler import (
+    CLUSTER_SCHEDULER_NAMES,
+    REAL_BACKOFF_SECONDS,
+    ScoringStrategy,
+    SimScheduler,
+)
 from sim.server import ApiServer
 from sim.store import NAMESPACES, Store
 
@@ -62,6 +67,9 @@ class SimCluster:
         provider: the Karpenter provider the cloud is (`sim.providers`: ``aws``,
             ``azure``, ``gcp``, ``tke``): Karpenter sells that provider's instance types,
             labelled as its Karpenter provider labels them.
+        kube_scoring: kube-scheduler's NodeResourcesFit scoring strategy
+            (`sim.scheduler.kube_score`): its default ``LeastAllocated``, or
+            ``MostAllocated``, which packs GPU pods (docs/limits.md).
     """
 
     def __init__(
@@ -75,9 +83,12 @@ class SimCluster:
         scheduler_backoff_seconds: tuple[float, float] | None = None,
         bookmark_seconds: float = 60.0,
         provider: str = "aws",
+        kube_scoring: ScoringStrategy = "LeastAllocated",
     ) -> None:
         self.workdir = workdir
         self.provider = provider
+        #: kube-scheduler's NodeResourcesFit scoring strategy (`sim.scheduler.kube_score`).
+        self.kube_scoring: ScoringStrategy = kube_scoring
         self.catalog = catalog_for(provider)
         self.store = Store()
         self.admission = Admission(self.store)
@@ -103,6 +114,7 @@ class SimCluster:
             scheduler_names=CLUSTER_SCHEDULER_NAMES,
             resync_seconds=scheduler_resync_seconds,
             backoff_seconds=scheduler_backoff_seconds,
+            scoring=kube_scoring,
         )
         self.kubelet = SimKubelet(self.store)
         #: NVIDIA's DRA kubelet plugin on DRA nodes (ResourceSlices) and

@@ -109,7 +109,7 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Se
 from copy import deepcopy
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from sim import deviceplugins, dra, filters, gpushare, kai, volcano
 from sim.events import EventRecorder
@@ -145,7 +145,10 @@ __all__ = [
     "CLUSTER_SCHEDULER_NAMES",
     "DEFAULT_SCHEDULER_NAMES",
     "KAI_ON_HAMI",
+    "MOST_ALLOCATED_WEIGHTS",
     "REAL_BACKOFF_SECONDS",
+    "SCORING_STRATEGIES",
+    "ScoringStrategy",
     "SimScheduler",
     "node_order",
     "node_properties",
@@ -299,17 +302,50 @@ SCORED_RESOURCES: Final = ("cpu", "memory")
 #: kube-scheduler's ``framework.MaxNodeScore``.
 MAX_NODE_SCORE: Final = 100
 
+#: NodeResourcesFit's ``scoringStrategy.type`` (``KubeSchedulerConfiguration``):
+#: ``LeastAllocated`` is kube-scheduler's default; ``MostAllocated`` packs.
+ScoringStrategy = Literal["LeastAllocated", "MostAllocated"]
+SCORING_STRATEGIES: Final[tuple[ScoringStrategy, ...]] = ("LeastAllocated", "MostAllocated")
+#: The resources and weights the sim's ``MostAllocated`` scores by: the configuration
+#: docs/limits.md recommends for GPU pods on kube-scheduler ("kube-scheduler spreads
+#: whole-GPU pods"), which the real control plane ran in real runs 27 to 29.
+MOST_ALLOCATED_WEIGHTS: Final = (("nvidia.com/gpu", 10), ("cpu", 1), ("memory", 1))
 
-def kube_score(wanted: Mapping[str, Decimal], node: NodeInfo) -> int:
-    """kube-scheduler's default score of ``node`` for a pod asking ``wanted`` (its
-    `sim.filters.nonzero_requests`), from its resource plugins (weight 1 each):
-    NodeResourcesFit's ``LeastAllocated`` (the mean over
-    `SCORED_RESOURCES` of the share left free once the pod is placed, 0 to
-    `MAX_NODE_SCORE`; ``pkg/scheduler/framework/plugins/noderesources/least_allocated.go``)
-    plus NodeResourcesBalancedAllocation (`MAX_NODE_SCORE` times one minus the standard
-    deviation of those resources' requested shares; ``balanced_allocation.go``). No
-    extended resource counts: ``nvidia.com/gpu`` does not, so 1-GPU pods spread over
-    the nodes with the most CPU and memory free rather than fill one node's GPUs."""
+
+def _most_allocated(wanted: Mapping[str, Decimal], node: NodeInfo) -> int:
+    """NodeResourcesFit's ``MostAllocated`` score (``most_allocated.go``): per resource
+    of `MOST_ALLOCATED_WEIGHTS`, the share requested once the pod is placed (a request
+    above capacity counts as the capacity), times `MAX_NODE_SCORE`, weighted; a
+    resource the node has none of is left out, and so is an extended resource the pod
+    does not request (``calculateResourceAllocatableRequest``,
+    ``resource_allocation.go``)."""
+    total = weights = 0
+    for name, weight in MOST_ALLOCATED_WEIGHTS:
+        capacity = node.allocatable.get(name, Decimal(0))
+        asked = wanted.get(name, Decimal(0))
+        if capacity <= 0 or (name not in SCORED_RESOURCES and asked <= 0):
+            continue
+        used = node.scored.get(name) if name in SCORED_RESOURCES else node.requested.get(name)
+        requested = min((used or Decimal(0)) + asked, capacity)
+        total += int(requested * MAX_NODE_SCORE / capacity) * weight
+        weights += weight
+    return total // weights if weights else 0
+
+
+def kube_score(
+    wanted: Mapping[str, Decimal], node: NodeInfo, strategy: ScoringStrategy = "LeastAllocated"
+) -> int:
+    """kube-scheduler's score of ``node`` for a pod asking ``wanted`` (its
+    `sim.filters.nonzero_requests`, plus its ``nvidia.com/gpu`` for ``MostAllocated``),
+    from its resource plugins (weight 1 each): NodeResourcesFit's ``strategy``, by
+    default ``LeastAllocated`` (the mean over `SCORED_RESOURCES` of the share left free
+    once the pod is placed, 0 to `MAX_NODE_SCORE`;
+    ``pkg/scheduler/framework/plugins/noderesources/least_allocated.go``), else
+    ``MostAllocated`` (`_most_allocated`), plus NodeResourcesBalancedAllocation
+    (`MAX_NODE_SCORE` times one minus the standard deviation of the CPU and memory
+    requested shares; ``balanced_allocation.go``). By default no extended resource
+    counts: ``nvidia.com/gpu`` does not, so 1-GPU pods spread over the nodes with the
+    most CPU and memory free rather than fill one node's GPUs."""
     least = 0
     shares: list[float] = []
     for name in SCORED_RESOURCES:
@@ -322,14 +358,20 @@ def kube_score(wanted: Mapping[str, Decimal], node: NodeInfo) -> int:
             least += int((capacity - requested) * MAX_NODE_SCORE / capacity)
         shares.append(min(float(requested / capacity), 1.0))
     least //= len(SCORED_RESOURCES)
+    if strategy == "MostAllocated":
+        least = _most_allocated(wanted, node)
     mean = sum(shares) / len(shares)
     deviation = (sum((x - mean) ** 2 for x in shares) / len(shares)) ** 0.5
     return least + int((1 - deviation) * MAX_NODE_SCORE)
 
 
-def _kube_order(info: PodInfo) -> Callable[[NodeInfo], tuple[int, str]]:
+def _kube_order(
+    info: PodInfo, strategy: ScoringStrategy = "LeastAllocated"
+) -> Callable[[NodeInfo], tuple[int, str]]:
     wanted = filters.nonzero_requests(info)  # once per pod, not per node
-    return lambda node: (-kube_score(wanted, node), node.name)
+    if strategy == "MostAllocated":
+        wanted["nvidia.com/gpu"] = info.requests.get("nvidia.com/gpu", Decimal(0))
+    return lambda node: (-kube_score(wanted, node, strategy), node.name)
 
 
 def _fewest_idle(node: NodeInfo) -> tuple[int, float, str]:
@@ -337,7 +379,7 @@ def _fewest_idle(node: NodeInfo) -> tuple[int, float, str]:
 
 
 def node_order(
-    scheduler: str, info: PodInfo | None = None
+    scheduler: str, info: PodInfo | None = None, scoring: ScoringStrategy = "LeastAllocated"
 ) -> Callable[[NodeInfo], tuple[Any, ...]]:
     """The key a scheduler's feasible nodes are sorted by, the first one taken.
 
@@ -346,10 +388,10 @@ def node_order(
       GPUs of the fitting nodes (score 0) to the fewest (the highest;
       NVIDIA/KAI-Scheduler ``pkg/scheduler/plugins/nodeplacement``, its
       ``nodepack_test.go``): an 8-GPU node with 6 idle loses to a 4-GPU node with 4.
-    - ``default-scheduler`` (kube-scheduler) placing ``info``: the highest `kube_score`,
-      its default scoring of CPU and memory, which spreads pods (real run 17: eight
-      1-GPU T4 pods went to eight nodes, and the 4-GPU pods then fit none). Without
-      ``info``, as the others.
+    - ``default-scheduler`` (kube-scheduler) placing ``info``: the highest `kube_score`
+      with NodeResourcesFit's ``scoring``; its default scoring of CPU and memory
+      spreads pods (real run 17: eight 1-GPU T4 pods went to eight nodes, and the 4-GPU
+      pods then fit none). Without ``info``, as the others.
     - every other scheduler: the most GPU share used first (a GPU binpack; HAMi's
       default node policy is ``binpack``, HAMi ``pkg/scheduler/config/config.go``).
 
@@ -357,7 +399,7 @@ def node_order(
     if scheduler == "kai-scheduler":
         return _fewest_idle
     if scheduler == "default-scheduler" and info is not None:
-        return _kube_order(info)
+        return _kube_order(info, scoring)
     return _most_used
 
 
@@ -374,6 +416,9 @@ class SimScheduler:
         backoff_seconds: (initial, max) backoff of the `BACKOFF_SCHEDULERS`' pods after
             a failed attempt (`backoff`); `REAL_BACKOFF_SECONDS` are kube-scheduler's
             defaults, (0, 0) retries at once.
+        scoring: kube-scheduler's NodeResourcesFit scoring strategy for the
+            ``default-scheduler`` (`kube_score`): its default ``LeastAllocated``, or
+            ``MostAllocated`` with `MOST_ALLOCATED_WEIGHTS`.
     """
 
     def __init__(
@@ -383,8 +428,11 @@ class SimScheduler:
         scheduler_names: Sequence[str] = DEFAULT_SCHEDULER_NAMES,
         resync_seconds: float = 0.5,
         backoff_seconds: tuple[float, float] = (0.0, 0.0),
+        scoring: ScoringStrategy = "LeastAllocated",
     ) -> None:
         self._store = store
+        #: kube-scheduler's NodeResourcesFit scoring strategy (`kube_score`).
+        self._scoring: ScoringStrategy = scoring
         #: kube-scheduler's podInitialBackoffSeconds and podMaxBackoffSeconds (`backoff`).
         self._backoff = backoff_seconds
         #: uid -> (failed scheduling attempts, monotonic seconds of the last one), for
@@ -821,7 +869,7 @@ class SimScheduler:
             failed[key] = fit_error(info, nodes, statuses)
             self._unschedulable(info.pod, failed[key], token)
             return False
-        best = min(feasible, key=node_order(scheduler, info))
+        best = min(feasible, key=node_order(scheduler, info, self._scoring))
         assignment: gpushare.Assignment = ()
         annotations: dict[str, str] = {}
         if info.demand is not None and best.places_devices(info):

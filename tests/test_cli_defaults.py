@@ -178,7 +178,7 @@ def test_help_texts_show_the_derived_values() -> None:
     [
         WEBHOOK_ARGS,
         ["--log-level", "debug", "controller", "--no-leader-elect", "--max-triggers", "3"],
-        ["demo", "--timings", "eks"],
+        ["demo", "--timings", "eks", "--kube-scheduler-scoring", "MostAllocated"],
         ["explain", "-f", "-", "-o", "json"],
         ["certs", "--out-dir", "d", "--dns-name", "a"],
     ],

@@ -290,6 +290,11 @@ def test_demo_takes_the_controller_planning_flags() -> None:
     assert config.default_nodepool == "gpu-standard"
     assert config.trigger.namespace == "gpu-intent-system"
     assert (demo.timings, demo.output, demo.timeout) == ("fast", "text", None)
+    assert demo.kube_scoring == "LeastAllocated"  # kube-scheduler's own default
+    packed = parser.parse_args(["demo", "--kube-scheduler-scoring", "MostAllocated"])
+    assert packed.kube_scoring == "MostAllocated"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["demo", "--kube-scheduler-scoring", "Balanced"])
     args = parser.parse_args(
         ["demo", "--default-nodepool", "gpu-large", "--max-triggers", "3", "--cover-seconds", "5",
          "--trigger-image", "pause:1", "--trigger-priority-class", "low", "--timings", "eks"]

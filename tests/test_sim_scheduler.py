@@ -182,6 +182,30 @@ def test_kube_scheduler_spreads_by_cpu_and_memory_hami_packs_gpus(store: Store) 
     assert get(store, "v1")["spec"]["nodeName"] == get(store, "v2")["spec"]["nodeName"]
 
 
+def test_most_allocated_scoring_puts_gpu_pods_next_to_each_other(store: Store) -> None:
+    """With NodeResourcesFit's ``MostAllocated`` (nvidia.com/gpu weight 10, CPU and
+    memory 1), the second 1-GPU pod goes next to the first one's GPU, and a 2-GPU pod
+    still finds a node with 2 free: what LeastAllocated's spreading took from it. A pod
+    that asks no GPU is scored on CPU and memory only (the extended resource is left
+    out, ``resource_allocation.go``) and also goes to the fuller node."""
+    add_node(store, "a", gpus=2)
+    add_node(store, "b", gpus=2)
+    packing = SimScheduler(store, scoring="MostAllocated")
+    add_pod(store, "first", limits={"nvidia.com/gpu": "1"}, requests={"cpu": "2"})
+    packing.schedule_once()
+    add_pod(store, "second", limits={"nvidia.com/gpu": "1"}, requests={"cpu": "2"})
+    packing.schedule_once()
+    assert get(store, "first")["spec"]["nodeName"] == "a"
+    assert get(store, "second")["spec"]["nodeName"] == "a"
+    add_pod(store, "pair", limits={"nvidia.com/gpu": "2"}, requests={"cpu": "2"})
+    packing.schedule_once()
+    assert get(store, "pair")["spec"]["nodeName"] == "b"
+    add_node(store, "c", gpus=2)
+    add_pod(store, "idle")
+    packing.schedule_once()
+    assert get(store, "idle")["spec"]["nodeName"] in ("a", "b")
+
+
 def test_packs_kai_fractions_on_one_device_and_rejects_the_third(store: Store) -> None:
     add_node(store, "l4", gpus=1)
     for name in ("a", "b", "c"):

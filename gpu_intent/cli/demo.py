@@ -79,6 +79,19 @@ def _add_demo_flags(parser: argparse.ArgumentParser) -> None:
         help="NodeClaim lifecycle delays: fast (the sim's, ~4 s to Ready) or eks (~60 s to"
         f" Ready, EKS-like) (default {timings})",
     )
+    from sim.scheduler import SCORING_STRATEGIES
+
+    scoring = parameter_default(run_demo, "kube_scoring")
+    parser.add_argument(
+        "--kube-scheduler-scoring",
+        dest="kube_scoring",
+        choices=SCORING_STRATEGIES,
+        default=scoring,
+        help="the sim's kube-scheduler NodeResourcesFit scoring strategy: LeastAllocated"
+        " (kube-scheduler's default: native GPU pods spread over nodes) or MostAllocated"
+        " (nvidia.com/gpu weighted 10, as docs/limits.md recommends for GPU pods)"
+        f" (default {scoring})",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,5 +108,6 @@ def run(args: argparse.Namespace) -> int:
             output=args.output,
             timings=args.timings,
             plan=plan_config(args),
+            kube_scoring=args.kube_scoring,
         )
     )

@@ -61,6 +61,7 @@ from intent.text import usd_for_people
 from sim.cluster import SimCluster
 from sim.nodeclaims import EKS_TIMINGS, KarpenterTimings
 from sim.providers import catalog_for
+from sim.scheduler import ScoringStrategy
 from webhook import server as webhook_server
 
 log = logging.getLogger(__name__)
@@ -173,6 +174,7 @@ async def run_demo(
     err: TextIO | None = None,
     timings: str | KarpenterTimings = "fast",
     plan: PlanConfig | None = None,
+    kube_scoring: ScoringStrategy = "LeastAllocated",
 ) -> int:
     """Run the story; return the exit code (see the module docstring: 0 success, 1
     failure, 2 unreadable or unappliable examples).
@@ -191,6 +193,9 @@ async def run_demo(
             provider (`controller.triggers.TriggerSettings.provider`) is also the sim's
             cloud (`sim.providers`) and picks the default examples
             (`default_examples`).
+        kube_scoring: the sim's kube-scheduler NodeResourcesFit scoring strategy
+            (`sim.scheduler.kube_score`): its default ``LeastAllocated``, or
+            ``MostAllocated``, which packs native GPU pods.
     """
     out = out or sys.stdout
     err = err or sys.stderr
@@ -225,7 +230,9 @@ async def run_demo(
     with tempfile.TemporaryDirectory(prefix="gpu-intent-demo-") as tmp:
         work = Path(tmp)
         tls = write_tls_files(work / "webhook", ["localhost"], ["127.0.0.1"])
-        async with SimCluster(work / "cluster", karpenter=karpenter, provider=provider) as cluster:
+        async with SimCluster(
+            work / "cluster", karpenter=karpenter, provider=provider, kube_scoring=kube_scoring
+        ) as cluster:
             runner = await webhook_server.start(
                 webhook_server.make_app(),
                 "127.0.0.1",
@@ -297,7 +304,7 @@ class _Story:
         print(
             f"gpu-intent demo: simulated cluster at {cluster.url}, webhook at https://127.0.0.1:{port}/mutate"
             f" (provider {self.plan.trigger.provider.name}, timings {self.timings_name},"
-            f" timeout {self.max_seconds:g}s)",
+            f"{_scoring_note(cluster.kube_scoring)} timeout {self.max_seconds:g}s)",
             file=text,
         )
         wall = time.monotonic()
@@ -459,6 +466,11 @@ class _Story:
             },
         )
         return (0 if ok else 1), summary
+
+
+def _scoring_note(scoring: ScoringStrategy) -> str:
+    """The header's word on kube-scheduler's scoring when it is not its default."""
+    return "" if scoring == "LeastAllocated" else f" kube-scheduler scoring {scoring},"
 
 
 def _print_balance(text: TextIO, result: Balance, need: Need) -> None:
