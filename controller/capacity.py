@@ -305,24 +305,17 @@ def place_on_free(
 ) -> tuple[list[PendingPod], list[tuple[PendingPod, NodeClaimInfo]]]:
     """Place the group's pods on the free room of `fresh` NodeClaims (``free``, from
     `held_covers`; what is placed is taken out of it): largest need first
-    (`controller.packing.gpu_need`), on the fullest NodeClaim (fewest GPUs free in all,
-    then by name) that hosts the pod (`claim_hosts`) and has room for it (`Room.take`:
-    a HAMi pod of two 10000 MiB vGPUs fits two A10Gs with half their memory free, not
-    only two free GPUs). Fullest first is where the sharing layers put a pod among the
-    nodes that fit it by default: HAMi's node policy ``binpack``
-    (``scheduler.defaultSchedulerPolicy.nodeSchedulerPolicy``, pkg/scheduler/config),
-    KAI's ``binpack`` node placement (the fewest idle GPUs,
-    pkg/scheduler/plugins/nodeplacement); told of the emptiest or the first by name,
-    a pod is bound elsewhere, and the pods its layer then finds no room for are told
-    of a NodeClaim that stays empty. Returns the pods left to plan and the
-    (pod, NodeClaim) placements."""
+    (`controller.packing.gpu_need`), first NodeClaim by name that hosts the pod
+    (`claim_hosts`) and has room for it (`Room.take`: a HAMi pod of two 10000 MiB vGPUs
+    fits two A10Gs with half their memory free, not only two free GPUs). Returns the
+    pods left to plan and the (pod, NodeClaim) placements."""
     left: list[PendingPod] = []
     placed: list[tuple[PendingPod, NodeClaimInfo]] = []
     for pod, need in largest_need_first(pods):
         name = next(
             (
                 n
-                for n in sorted(free, key=lambda n: (free[n].total, n))
+                for n in sorted(free)
                 if claim_hosts(claims[n], key, pod, profile) and free[n].take(pod.intent, need)
             ),
             None,

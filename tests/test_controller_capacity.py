@@ -241,26 +241,3 @@ def test_a_node_hosts_a_pod_only_where_its_selector_and_affinity_can_match() -> 
     assert claim_hosts(claim_in_a, key, here, AWS)
     # A memory group needs the NodeClaim's GPUs to have that much memory.
     assert not claim_hosts(claim, GroupKey("gpu-standard", None, (), 20000), pending("m", "1"), AWS)
-
-
-def test_free_gpus_are_taken_on_the_fullest_node_first_as_the_layers_binpack() -> None:
-    """HAMi's and KAI's default node placement is binpack: among the nodes that fit a
-    pod, the fullest. A pod told of the emptier node would be bound on the fuller one."""
-    claims = {n: ready_claim(n, 4) for n in ("nc-a", "nc-b", "nc-c")}
-    free = {
-        "nc-a": Room.of(Decimal(4), Decimal(0)),
-        "nc-b": Room.of(Decimal(4), Decimal(3)),
-        "nc-c": Room.of(Decimal(4), Decimal("1.5")),
-    }
-    pods = [pending("one", "1", model="l4"), pending("half", "0.5", model="l4")]
-    pods.append(pending("two", "2", model="l4"))
-    left, placed = place_on_free(pods, GroupKey("gpu-standard", "l4"), free, claims, AWS)
-    assert left == []
-    # largest first: "two" fits nc-c (2.5 free) before nc-a (4); then "one" takes
-    # nc-b's last GPU; "half" goes to nc-c, now the fullest with room.
-    assert [(p.ref.name, c.name) for p, c in placed] == [
-        ("two", "nc-c"),
-        ("one", "nc-b"),
-        ("half", "nc-c"),
-    ]
-    assert totals(free) == {"nc-a": Decimal(4), "nc-b": Decimal(0), "nc-c": Decimal(0)}
