@@ -196,6 +196,9 @@ class _Pass:
     contests: list[Contest] = field(default_factory=list)
     #: Each group's live triggers, most progressed first (`_allocate`).
     supplies: dict[GroupKey, list[TriggerInfo]] = field(default_factory=dict)
+    #: The groups this pass makes a trigger of, once every group is filled (`_allocate`;
+    #: `_settle` starts no cooldown for them).
+    created_groups: frozenset[GroupKey] = frozenset()
     #: Spare GPUs KAI's groups may borrow from one another (`_borrow`), computed on
     #: first need (`_lendable`), by NodePool.
     lendable: dict[str, list[_Lend]] | None = None
@@ -447,6 +450,7 @@ def _allocate(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> None:
         if is_session(key, config.placement):
             work.contests.extend(of_create(c, snapshot.now) for c in work.creates[created:])
     # Settled once every group is filled: a group after may borrow a trigger's spare.
+    work.created_groups = frozenset(c.group for c in work.creates)
     for supply, served in filled:
         for trigger in supply:
             bins = served.get(trigger.ref, []) + work.borrowed.pop(trigger.ref, [])
@@ -760,7 +764,7 @@ def _settle(
         # this pass makes a trigger of the group: its pods did not go, they were
         # packed anew as more came (a 1-GPU trigger left empty beside new 2-GPU
         # ones), and a cooldown would hold back the rest of a burst for its length.
-        repacked = any(c.group == trigger.group for c in work.creates)
+        repacked = trigger.group in work.created_groups
         orphan = trigger.group if claim is None and not repacked else None
         unneeded = NotNeeded(claim.name if claim is not None else None)
         work.deletes.append(DeleteTrigger(trigger.ref, unneeded, orphan=orphan))

@@ -354,15 +354,15 @@ def kube_score(
         if capacity <= 0:
             shares.append(1.0)
             continue
-        if requested <= capacity:
+        if requested <= capacity and strategy == "LeastAllocated":
             least += int((capacity - requested) * MAX_NODE_SCORE / capacity)
         shares.append(min(float(requested / capacity), 1.0))
-    least //= len(SCORED_RESOURCES)
+    fit = least // len(SCORED_RESOURCES)
     if strategy == "MostAllocated":
-        least = _most_allocated(wanted, node)
+        fit = _most_allocated(wanted, node)
     mean = sum(shares) / len(shares)
     deviation = (sum((x - mean) ** 2 for x in shares) / len(shares)) ** 0.5
-    return least + int((1 - deviation) * MAX_NODE_SCORE)
+    return fit + int((1 - deviation) * MAX_NODE_SCORE)
 
 
 def _kube_order(
