@@ -870,10 +870,16 @@ class SimScheduler:
             self._unschedulable(info.pod, failed[key], token)
             return False
         best = min(feasible, key=node_order(scheduler, info, self._scoring))
+        used = best.gpu_used
+        if scheduler in BACKOFF_SCHEDULERS and not claims:
+            fresh = self._fresh_fit(info, best.name)
+            if fresh is None:
+                return False  # tried again in the next pass, on what is bound now
+            used = fresh.gpu_used
         assignment: gpushare.Assignment = ()
         annotations: dict[str, str] = {}
         if info.demand is not None and best.places_devices(info):
-            placed = gpushare.place(info.demand, best.devices, best.gpu_used)
+            placed = gpushare.place(info.demand, best.devices, used)
             assert not isinstance(placed, gpushare.NoFit)  # the filter just placed it
             assignment = placed
             annotations = gpushare.bind_annotations(
@@ -892,6 +898,23 @@ class SimScheduler:
         for per_node in verdicts.values():
             per_node.pop(best.name, None)
         return True
+
+    def _fresh_fit(self, info: PodInfo, node: str) -> NodeInfo | None:
+        """``node`` as the store shows it now, if ``info`` still fits there, else None.
+
+        kube-scheduler (and the schedulers built on it, `BACKOFF_SCHEDULERS`) filters
+        each pod on a snapshot of its cache taken for that pod's scheduling cycle
+        (``Scheduler.schedulingCycle``, ``UpdateSnapshot``), which the informers keep
+        current within milliseconds; the sim's pass works from the view it took at its
+        start. Checked against the store before the bind, a pod does not take the GPUs
+        another scheduler's loop bound since the pass began (a traced 1,000-pod demo: a
+        native 2-GPU pod bound onto the two GPUs KAI's reservation pods had taken 40 ms
+        before, the kubelet rejected the younger reservation pods, and KAI's fractions
+        ran on GPUs they did not hold). KAI's sessions keep their snapshot, as the real
+        one does for a whole session."""
+        self._view.refresh()
+        fresh = self._node_with_pods(self._store.get(NODES, None, node))
+        return fresh if _filter(info, fresh) is None else None
 
     def _reserve_claims(
         self,

@@ -449,8 +449,9 @@ def test_a_pass_filters_again_only_the_node_a_bind_changed(
     SimScheduler(store).schedule_once()
     assert sorted(get(store, n)["spec"]["nodeName"] for n in "abc") == ["n0", "n1", "n2"]
     # the first pod is filtered against four nodes; the next ones only against the node
-    # the bind before them filled, the other three verdicts still hold
-    assert (calls["a"], calls["b"], calls["c"]) == (4, 1, 1)
+    # the bind before them filled, the other three verdicts still hold; each once more
+    # against its chosen node as the store shows it before the bind (`_fresh_fit`)
+    assert (calls["a"], calls["b"], calls["c"]) == (5, 2, 2)
 
 
 def test_only_a_node_change_it_may_fit_and_the_longest_wait_retry_a_parked_pod(
@@ -586,8 +587,10 @@ async def test_each_scheduler_name_is_its_own_loop(store: Store) -> None:
 
 
 async def test_racing_schedulers_can_double_book_a_gpu(store: Store) -> None:
-    """kube-scheduler and kai-scheduler take their views before either binds: both bind
-    to the one GPU, and the kubelet's admission rejects the younger pod."""
+    """kube-scheduler binds first; KAI's session keeps the view it took before that bind
+    (kube-scheduler checks the store before its own bind, `SimScheduler._fresh_fit`, a
+    KAI session does not): both bind to the one GPU, and the kubelet's admission rejects
+    the younger pod."""
     add_node(store, "gpu-1", gpus=1)
     add_pod(store, "plain", limits={"nvidia.com/gpu": "1"})
     add_pod(store, "kai-whole", scheduler="kai-scheduler", limits={"nvidia.com/gpu": "1"})
@@ -614,6 +617,40 @@ async def test_racing_schedulers_can_double_book_a_gpu(store: Store) -> None:
     add_pod(store, "late", limits={"nvidia.com/gpu": "1"})
     SimScheduler(store).schedule_once()
     assert scheduled(store, "late")["message"].startswith(
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    )
+
+
+def test_kube_scheduler_checks_the_node_as_it_is_now_before_it_binds(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kube-scheduler filters each pod on a snapshot taken for its own scheduling cycle:
+    a GPU another scheduler's loop bound after this pass began is not free. The sim's
+    pass view still shows it free; the check before the bind leaves the pod for the next
+    pass, which finds no GPU (a traced demo had a native pod bound onto the GPUs of KAI's
+    reservation pods, and KAI's fractions then ran on GPUs they did not hold)."""
+    add_node(store, "gpu-1", gpus=1)
+    add_pod(store, "plain", limits={"nvidia.com/gpu": "1"})
+    other = add_pod(store, "other", limits={"nvidia.com/gpu": "1"}, scheduler="kai-scheduler")
+    original = sim_scheduler._filter
+
+    def racing_filter(info: Any, node: NodeInfo) -> Any:
+        verdict = original(info, node)  # the pass's view: the GPU is free
+        if not get(store, "other")["spec"].get("nodeName"):
+
+            def bind(obj: dict[str, Any]) -> None:
+                obj["spec"]["nodeName"] = "gpu-1"
+
+            store.mutate(PODS, "default", other["metadata"]["name"], bind)  # KAI's bind lands
+        return verdict
+
+    monkeypatch.setattr(sim_scheduler, "_filter", racing_filter)
+    scheduler = SimScheduler(store, scheduler_names=("default-scheduler",))
+    assert scheduler.schedule_once() == 0
+    assert get(store, "plain")["spec"].get("nodeName") is None
+    monkeypatch.setattr(sim_scheduler, "_filter", original)
+    scheduler.schedule_once()
+    assert scheduled(store, "plain")["message"].startswith(
         "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
     )
 
