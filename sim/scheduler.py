@@ -904,7 +904,8 @@ class SimScheduler:
 
         kube-scheduler (and the schedulers built on it, `BACKOFF_SCHEDULERS`) filters
         each pod on a snapshot of its cache taken for that pod's scheduling cycle
-        (``Scheduler.schedulingCycle``, ``UpdateSnapshot``), which the informers keep
+        (``schedulePod`` calls ``Cache.UpdateSnapshot``, ``pkg/scheduler/schedule_one.go``),
+        which the informers keep
         current within milliseconds; the sim's pass works from the view it took at its
         start. Checked against the store before the bind, a pod does not take the GPUs
         another scheduler's loop bound since the pass began (a traced 1,000-pod demo: a
