@@ -148,13 +148,14 @@ def gpu_use(intent: Intent) -> Decimal:
 
 
 def spread_demand(intent: Intent) -> tuple[int, Decimal] | None:
-    """For a HAMi pod (`controller.placement.layers_of` names ``hami``): (devices, the share of each it takes), as
-    HAMi's scheduler places it card by card, each vGPU on a distinct device whose free
-    memory holds its ``nvidia.com/gpumem`` (``Fit``, pkg/device/nvidia/device.go): a pod
-    of several vGPUs its `device_shares`; one stating memory on one card that memory's
-    share (`gpu_need`, at least `HAMI_MIN_SHARE`); one that asks whole GPUs without
-    memory a whole card each (HAMi gives it all of a card's memory). None for any other
-    pod, whose room is counted in all (`controller.capacity.Room`). Pure."""
+    """For a HAMi pod (`controller.placement.layers_of` names ``hami``): (devices, the
+    share of each it takes), as HAMi's scheduler places it card by card, each vGPU on a
+    distinct device whose free memory holds its ``nvidia.com/gpumem`` (``Fit``,
+    pkg/device/nvidia/device.go): a pod of several vGPUs its `device_shares`; one
+    stating memory on one card that memory's share (`gpu_need`, at least
+    `HAMI_MIN_SHARE`); one that asks whole GPUs without memory a whole card each (HAMi
+    gives it all of a card's memory). None for any other pod, whose room is counted in
+    all (`controller.capacity.Room`). Pure."""
     if "hami" not in layers_of(intent):
         return None
     devices = device_shares(intent)

@@ -109,7 +109,7 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Se
 from copy import deepcopy
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar, get_args
 
 from sim import deviceplugins, dra, filters, gpushare, kai, volcano
 from sim.events import EventRecorder
@@ -305,7 +305,7 @@ MAX_NODE_SCORE: Final = 100
 #: NodeResourcesFit's ``scoringStrategy.type`` (``KubeSchedulerConfiguration``):
 #: ``LeastAllocated`` is kube-scheduler's default; ``MostAllocated`` packs.
 ScoringStrategy = Literal["LeastAllocated", "MostAllocated"]
-SCORING_STRATEGIES: Final[tuple[ScoringStrategy, ...]] = ("LeastAllocated", "MostAllocated")
+SCORING_STRATEGIES: Final[tuple[ScoringStrategy, ...]] = get_args(ScoringStrategy)
 #: The resources and weights the sim's ``MostAllocated`` scores by: the configuration
 #: docs/limits.md recommends for GPU pods on kube-scheduler ("kube-scheduler spreads
 #: whole-GPU pods"), which the real control plane ran in real runs 27 to 29.
@@ -913,9 +913,14 @@ class SimScheduler:
         before, the kubelet rejected the younger reservation pods, and KAI's fractions
         ran on GPUs they did not hold). KAI's sessions keep their snapshot, as the real
         one does for a whole session."""
-        self._view.refresh()
-        fresh = self._node_with_pods(self._store.get(NODES, None, node))
+        fresh = self._node_now(node)
         return fresh if _filter(info, fresh) is None else None
+
+    def _node_now(self, node: str) -> NodeInfo:
+        """``node`` with the pods bound to it in the store now (the view refreshed: binds
+        and reservation pods made since the pass began count)."""
+        self._view.refresh()
+        return self._node_with_pods(self._store.get(NODES, None, node))
 
     def _reserve_claims(
         self,
@@ -1028,8 +1033,7 @@ class SimScheduler:
         """KAI's binder (``ReserveGpuDevice``): for each device in ``assignment``, the GPU
         group whose reservation pod holds it on ``node``, or a new group and reservation
         pod; returns the pod's group labels, None if a reservation pod cannot be made."""
-        self._view.refresh()  # the reservation pods made since the pass began
-        fresh = self._node_with_pods(self._store.get(NODES, None, node))
+        fresh = self._node_now(node)  # the reservation pods made since the pass began
         by_device = kai.groups_by_device((p.pod for p in fresh.pods), node)
         if filters.reservations_short(fresh, assignment):
             # The filter passed on the pass's view; the pods bound since (kube-scheduler's
