@@ -13,6 +13,7 @@ import pytest
 from gpu_intent.cli import build_parser
 from gpu_intent.cli.common import UsageError, read_catalog
 from gpu_intent.cli.webhook import serve_options
+from intent import catalog as catalog_module
 from intent.catalog import Catalog, CatalogError, default_catalog, load_catalog
 from intent.inference import infer, infer_intent
 from webhook.review import admit
@@ -196,6 +197,26 @@ async def test_two_webhook_apps_in_one_process_use_their_own_catalogs(tmp_path: 
     finally:
         for runner in runners:
             await runner.cleanup()
+
+
+async def test_the_first_review_after_a_start_does_not_pay_for_loading_the_catalog(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Parsing the built-in catalog costs several times a review's CPU budget: a webhook
+    that loaded it on its first review left that pod unannotated (``deadline``). The
+    app loads it when it is made, so the first review after a start is patched."""
+    monkeypatch.setattr(catalog_module, "_default", None)  # as in a fresh process
+    runner = await start(make_app(), "127.0.0.1", 0, None)
+    try:
+        host, port = runner.addresses[0][:2]
+        url = f"http://{host}:{port}/mutate"
+        async with aiohttp.ClientSession() as session, session.post(url, json=review_of(G6E_POD)) as resp:
+            assert resp.status == 200
+            answer = await resp.json()
+        assert "warnings" not in answer["response"]
+        assert patched_model(answer) == "l40s"
+    finally:
+        await runner.cleanup()
 
 
 def test_catalog_flag_reaches_the_webhook_options(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import generate_latest
 
-from intent.catalog import Catalog
+from intent.catalog import Catalog, default_catalog
 from intent.contract import Intent, Source, format_gpus
 from intent.logs import about
 from webhook.certificates import (
@@ -520,7 +520,9 @@ def make_app(
     tests can create as many as they like). ``scope``: pods left alone; ``timeouts``:
     connection deadlines (defaults of `Timeouts`); ``budget``: CPU seconds a review may
     spend inferring an intent (`webhook.review.admit`); ``catalog``: the GPU catalog its
-    reviews infer with (None: the built-in one), so two apps in one process may use
+    reviews infer with (None: the built-in one, `intent.catalog.default_catalog`, loaded
+    here: parsing it takes about 0.2 s of CPU, four times the default budget, and the
+    first review after a start must not pay for it), so two apps in one process may use
     different catalogs. prometheus_client's process and
     platform collectors (``process_*`` from ``/proc/self``, Linux only; ``python_info``)
     are registered on ``registry`` too, as they are on its default registry.
@@ -538,7 +540,11 @@ def make_app(
     app[REGISTRY] = registry
     app[METRICS] = metrics
     app[STATE] = WebhookState(
-        metrics=metrics, scope=scope, guard=guard, budget=budget, catalog=catalog
+        metrics=metrics,
+        scope=scope,
+        guard=guard,
+        budget=budget,
+        catalog=catalog if catalog is not None else default_catalog(),
     )
     return app
 
