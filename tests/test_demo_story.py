@@ -17,11 +17,11 @@ from kubernetes_asyncio import client
 
 from gpu_intent import cli
 from gpu_intent.demo import apply, default_examples, run_demo
-from gpu_intent.demo.manifests import ExamplesError, read_examples
+from gpu_intent.demo.manifests import ExamplesError, opted_in, read_examples
 from gpu_intent.demo.progress import Counts, StoryProgress
 from gpu_intent.demo.report import PodRecord, Timeline
 from gpu_intent.demo.story import _story_problems, closed
-from intent.contract import Intent, Phase
+from intent.contract import INJECT_LABEL, INJECT_VALUE, Intent, Phase
 from intent.kube import Kube, load_configuration
 from sim import store as sim_store
 from sim.cluster import SimCluster
@@ -196,6 +196,25 @@ def test_the_timeline_knows_which_pods_their_scheduler_refused_before_binding() 
     waited, placed = timeline.pods["ml/waited"], timeline.pods["ml/placed"]
     assert waited.refused and not closed(waited)
     assert not placed.refused and closed(placed)
+
+
+def test_an_unannotated_gpu_pod_is_told_whether_its_namespace_is_opted_in() -> None:
+    out = io.StringIO()
+    namespaces = [
+        {"kind": "Namespace", "metadata": {"name": "ml", "labels": {INJECT_LABEL: INJECT_VALUE}}},
+        {"kind": "Namespace", "metadata": {"name": "plain"}},
+    ]
+    timeline = Timeline(out, frozenset({"ml", "plain"}), opted_in(namespaces))
+    assert timeline.opted_in == {"ml"}
+    for namespace in ("ml", "plain"):
+        limits = {"nvidia.com/gpu": "1"}
+        container = {"name": "c", "resources": {"limits": limits}}
+        metadata = {"namespace": namespace, "name": "p"}
+        timeline.on_pod("ADDED", {"metadata": metadata, "spec": {"containers": [container]}})
+    said = out.getvalue()
+    assert "ml/p" in said and "plain/p" in said
+    assert "not annotated by the webhook (its namespace is opted in: the webhook's log says why)" in said
+    assert said.count("namespace not opted in") == 1
 
 
 def test_a_launched_nodeclaim_no_example_pod_runs_on_is_a_problem() -> None:

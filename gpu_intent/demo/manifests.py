@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import importlib.util
 import logging
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -185,6 +186,17 @@ def node_classes(docs: list[dict[str, Any]]) -> list[str]:
         for d in docs
         if d.get("kind") in NODE_CLASS_KINDS
     ]
+
+
+def opted_in(docs: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """Names of the Namespaces in ``docs`` that the webhook's ``namespaceSelector``
+    (`webhook_configuration`) matches: labelled ``INJECT_LABEL: INJECT_VALUE``."""
+    return frozenset(
+        d["metadata"]["name"]
+        for d in docs
+        if d.get("kind") == "Namespace"
+        and ((d.get("metadata") or {}).get("labels") or {}).get(INJECT_LABEL) == INJECT_VALUE
+    )
 
 
 def webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:

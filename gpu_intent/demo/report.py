@@ -112,11 +112,13 @@ class Timeline:
     """Prints what happens, as it happens, and keeps what the final tables need.
 
     ``namespaces``: where the example pods live (every non-trigger pod there is one);
+    ``opted_in``: those of them labelled for the webhook (`intent.contract.INJECT_LABEL`);
     ``claims``: every NodeClaim seen, in creation order, last state kept after deletion
     (``claims_deleted``)."""
 
     out: TextIO
     namespaces: frozenset[str] = frozenset({"ml"})
+    opted_in: frozenset[str] = frozenset({"ml"})
     start: float = field(default_factory=time.monotonic)
     pods: dict[str, PodRecord] = field(default_factory=dict)
     claims: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -169,7 +171,12 @@ class Timeline:
                 and not record.annotated
                 and not spec.get("resourceClaims")
             ):
-                self.say(f"pod {key}", "not annotated by the webhook (namespace not opted in)")
+                why = (
+                    "its namespace is opted in: the webhook's log says why"
+                    if meta.get("namespace") in self.opted_in
+                    else "namespace not opted in"
+                )
+                self.say(f"pod {key}", f"not annotated by the webhook ({why})")
         elif not record.annotated:
             try:
                 recorded = Intent.from_annotations(meta.get("annotations"))

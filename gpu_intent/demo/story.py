@@ -30,6 +30,7 @@ from gpu_intent.demo.manifests import (
     apply,
     default_examples,
     node_classes,
+    opted_in,
     read_examples,
     webhook_configuration,
 )
@@ -314,6 +315,7 @@ class _Story:
         timeline = Timeline(
             text,
             namespaces=frozenset(d["metadata"]["namespace"] for _, d in workloads),
+            opted_in=opted_in(d for _, d in self.manifests),
             dra_claims=claim_index(d for _, d in self.manifests),
         )
         controller_kube = Kube(client.ApiClient(configuration=cfg))
