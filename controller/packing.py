@@ -214,63 +214,187 @@ class Bin:
 
 
 def pack(pods: Iterable[PendingPod], into: Iterable[Bin] = ()) -> list[Bin]:
-    """Best-fit-decreasing of pods' GPU needs (`gpu_need`) into whole-GPU bins (see
-    `controller.plan`). ``into``: bins already open (the pods staying with a trigger,
-    `controller.plan`): their spare share takes pods as a new bin's would, the pods
-    are appended to them in place, and they are not returned.
+    """Pods' GPU needs (`gpu_need`) packed into whole-GPU bins (see `controller.plan`):
+    the packing of `best_fit_decreasing` or of `fullest_bin_first`, whichever opens
+    fewer GPUs (then fewer bins; best fit on a tie). ``into``: bins already open (the
+    pods staying with a trigger, `controller.plan`): their spare share takes pods as a
+    new bin's would, the chosen packing's pods are appended to them in place, and they
+    are not returned.
 
-    Pods are taken largest need first; a fractional pod goes to the open bin whose
-    spare share fits it most tightly, else opens a 1-GPU bin. A pod that states GPU
-    memory shares a card by that memory's share of it when its model's memory is known
-    (three HAMi ``gpumem: 6000`` pods on one 22,888 MiB A10G); when it is not, it takes
-    whole GPUs and shares none (KAI counts a ``gpu-memory`` pod as 0.1 GPU, and ten such
-    pods on one 24 GiB card would not fit), as a native whole-GPU pod would. A pod of
-    several devices that share their cards (`device_shares`: HAMi ``nvidia.com/gpu: 2``
-    with ``gpumem``) opens a bin of that many GPUs whose every card's spare share takes
-    pods as a 1-GPU bin's would: packed as two whole A10Gs, two 10,000 MiB vGPUs
-    counted 12,888 MiB of each card as used, which HAMi gives to other pods (in a
-    1,000-pod demo a 4-GPU node ran two such pods and eight 6,000 or 8,000 MiB pods
-    beside them). Best fit and first fit decreasing share the 11/9 OPT + 6/9 bound (Dosa
-    2007); a sorted index of spare shares makes this O(n log n) instead of first fit's
-    O(n x bins).
+    Best fit decreasing alone misses what a card's memory allows when the pods' sizes
+    interlock: two HAMi pods of two 10,000 MiB vGPUs and 16 + 16 pods of 8,000 and
+    6,000 MiB fill 12 A10Gs (22,888 MiB: 10,000 + 6,000 + 6,000 and 8,000 + 8,000 +
+    6,000 to a card), but best fit puts an 8,000 beside each 10,000 and buys 14; in a
+    160-pod demo Karpenter bought four 4-GPU nodes for them and HAMi filled three.
     """
-    bins: list[Bin] = list(into)
-    opened = len(bins)
+    items = largest_need_first(pods)
+    opened = list(into)
+    trials = [best_fit_decreasing(items, _copies(opened))]
+    if any(need < 1 for _, need in items):
+        trials.append(fullest_bin_first(items, _copies(opened)))
+    best = min(trials, key=lambda b: (sum(x.size for x in b[len(opened):]), len(b)))
+    for original, packed in zip(opened, best, strict=False):
+        original.used, original.pods, original.cards = packed.used, packed.pods, packed.cards
+    return best[len(opened):]
+
+
+def _copies(bins: Sequence[Bin]) -> list[Bin]:
+    return [Bin(b.size, b.used, list(b.pods), list(b.cards)) for b in bins]
+
+
+def _open(bins: list[Bin], pod: PendingPod, need: Decimal) -> None:
+    """Open the bin of a pod that needs at least one whole GPU (``need`` >= 1): its
+    devices' cards apart when it shares them (`device_shares`), else ``ceil(need)``
+    GPUs with ``need`` used."""
+    size = math.ceil(need)
+    shared = device_shares(pod.intent)  # its devices are ``size``, `gpu_need`
+    if shared is not None:
+        devices, share = shared
+        bins.append(Bin(size, devices * share, [pod], [1 - share] * devices))
+    else:
+        bins.append(Bin(size, need, [pod]))
+
+
+def _spares(bin_: Bin, index: int) -> list[tuple[Decimal, int, int]]:
+    """(spare share, ``index``, card or -1) of each place in ``bin_`` a pod may go."""
+    if bin_.cards:
+        return [(left, index, card) for card, left in enumerate(bin_.cards) if left > 0]
+    return [(bin_.size - bin_.used, index, -1)] if bin_.size > bin_.used else []
+
+
+def _put(bin_: Bin, card: int, pod: PendingPod, need: Decimal) -> None:
+    bin_.used += need
+    bin_.pods.append(pod)
+    if card >= 0:
+        bin_.cards[card] -= need
+
+
+def best_fit_decreasing(items: Sequence[tuple[PendingPod, Decimal]], bins: list[Bin]) -> list[Bin]:
+    """Best-fit-decreasing of ``items`` (pods with their `gpu_need`, largest first,
+    `largest_need_first`) into ``bins`` (open bins first, extended in place): returns
+    ``bins`` with the bins opened after them.
+
+    A pod of a whole GPU or more opens its bin (`_open`); a fractional pod goes to the
+    open place whose spare share fits it most tightly, else opens a 1-GPU bin. A pod
+    that states GPU memory shares a card by that memory's share of it when its model's
+    memory is known (three HAMi ``gpumem: 6000`` pods on one 22,888 MiB A10G); when it
+    is not, it takes whole GPUs and shares none (KAI counts a ``gpu-memory`` pod as 0.1
+    GPU, and ten such pods on one 24 GiB card would not fit), as a native whole-GPU pod
+    would. A pod of several devices that share their cards (`device_shares`: HAMi
+    ``nvidia.com/gpu: 2`` with ``gpumem``) opens a bin of that many GPUs whose every
+    card's spare share takes pods as a 1-GPU bin's would: packed as two whole A10Gs,
+    two 10,000 MiB vGPUs counted 12,888 MiB of each card as used, which HAMi gives to
+    other pods (in a 1,000-pod demo a 4-GPU node ran two such pods and eight 6,000 or
+    8,000 MiB pods beside them). Best fit and first fit decreasing share the 11/9 OPT +
+    6/9 bound (Dosa 2007); a sorted index of spare shares makes this O(n log n)
+    instead of first fit's O(n x bins). Pure but for ``bins``."""
     spare: list[tuple[Decimal, int, int]] = []  # (spare share, bin index, card or -1)
     for i, b in enumerate(bins):
-        if b.cards:
-            spare.extend((left, i, card) for card, left in enumerate(b.cards) if left > 0)
-        elif b.size > b.used:
-            spare.append((b.size - b.used, i, -1))
+        spare.extend(_spares(b, i))
     spare.sort()
-    for pod, need in largest_need_first(pods):
+    for pod, need in items:
         if need >= 1:
-            size = math.ceil(need)
-            shared = device_shares(pod.intent)  # its devices are ``size``, `gpu_need`
-            if shared is not None:
-                devices, share = shared
-                bins.append(Bin(size, devices * share, [pod], [1 - share] * devices))
-                for card in range(devices):
-                    bisect.insort(spare, (1 - share, len(bins) - 1, card))
-                continue
-            bins.append(Bin(size, need, [pod]))
-            if size - need > 0:
-                bisect.insort(spare, (size - need, len(bins) - 1, -1))
+            _open(bins, pod, need)
+            for place in _spares(bins[-1], len(bins) - 1):
+                bisect.insort(spare, place)
             continue
         at = bisect.bisect_left(spare, (need, -1, -1))
         if at < len(spare):
             left, index, card = spare.pop(at)
-            chosen = bins[index]
-            chosen.used += need
-            chosen.pods.append(pod)
-            if card >= 0:
-                chosen.cards[card] = left - need
+            _put(bins[index], card, pod, need)
             if left - need > 0:
                 bisect.insort(spare, (left - need, index, card))
         else:
             bins.append(Bin(1, need, [pod]))
             bisect.insort(spare, (1 - need, len(bins) - 1, -1))
-    return bins[opened:]
+    return bins
+
+
+#: Most search steps `_fullest` takes to fill one place before it keeps the fullest
+#: filling found so far.
+FILL_STEPS: Final = 512
+
+
+def fullest_bin_first(items: Sequence[tuple[PendingPod, Decimal]], bins: list[Bin]) -> list[Bin]:
+    """Minimum bin slack (Gupta and Ho 1999, with the largest item first as in Fleszar
+    and Hindi 2002) of ``items`` (pods with their `gpu_need`, largest first) into
+    ``bins`` (open bins first, extended in place): returns ``bins`` with the bins
+    opened after them.
+
+    Pods of a whole GPU or more open their bins (`_open`) first. Then each open place
+    (a bin's spare share, or a card's of a bin of several devices) in turn takes the
+    set of fractional pods that fills it fullest (`_fullest`), and while pods are left a
+    1-GPU bin opens for the largest and is filled the same way. Pods of one need are
+    taken oldest first. Pure but for ``bins``."""
+    for pod, need in items:
+        if need >= 1:
+            _open(bins, pod, need)
+    left: dict[Decimal, list[PendingPod]] = defaultdict(list)
+    for pod, need in items:
+        if need < 1:
+            left[need].append(pod)
+    for queue in left.values():
+        queue.reverse()  # pop() takes the oldest
+
+    def fill(bin_: Bin, card: int, room: Decimal) -> None:
+        for need, count in _fullest(left, room):
+            for _ in range(count):
+                _put(bin_, card, left[need].pop(), need)
+            if not left[need]:
+                del left[need]
+
+    for index in range(len(bins)):
+        for room, _, card in _spares(bins[index], index):
+            fill(bins[index], card, room)
+    while left:
+        need = max(left)
+        pod = left[need].pop()
+        if not left[need]:
+            del left[need]
+        bins.append(Bin(1, need, [pod]))
+        fill(bins[-1], -1, 1 - need)
+    return bins
+
+
+def _fullest(left: dict[Decimal, list[PendingPod]], room: Decimal) -> list[tuple[Decimal, int]]:
+    """(need, how many) of the pods in ``left`` (by need) whose needs sum closest to
+    ``room`` without passing it: a depth-first search over the distinct needs, largest
+    first, at most `FILL_STEPS` steps (then the fullest found). Pure."""
+    needs = sorted((n for n in left if n <= room), reverse=True)
+    counts = [len(left[n]) for n in needs]
+    after = [Decimal(0)] * (len(needs) + 1)  # the most the needs from i on can add
+    for i in range(len(needs) - 1, -1, -1):
+        after[i] = after[i + 1] + needs[i] * counts[i]
+    best: list[tuple[Decimal, int]] = []
+    best_sum = Decimal(0)
+    chosen: list[tuple[Decimal, int]] = []
+    steps = 0
+
+    def search(i: int, total: Decimal) -> bool:
+        nonlocal best, best_sum, steps
+        if total > best_sum:
+            best, best_sum = list(chosen), total
+            if best_sum == room:
+                return True
+        if i == len(needs) or total + after[i] <= best_sum:
+            return False
+        steps += 1
+        if steps > FILL_STEPS:
+            return True
+        need = needs[i]
+        most = min(counts[i], int((room - total) / need))
+        for count in range(most, -1, -1):
+            if count:
+                chosen.append((need, count))
+            done = search(i + 1, total + need * count)
+            if count:
+                chosen.pop()
+            if done:
+                return True
+        return False
+
+    search(0, Decimal(0))
+    return best
 
 
 class TriggerCapacity:

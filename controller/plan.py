@@ -9,8 +9,9 @@ Given the pending GPU pods, the live trigger pods, NodeClaims, NodePools and Kar
 2. for the rest, grouped by (NodePool, model, copied node selector), the GPU *bins*:
    a pod needing ``g >= 1`` GPUs gets a bin of ``ceil(g)`` whole GPUs; fractional pods
    (and pods that state GPU memory on a card of known memory, by that share) are packed
-   best-fit-decreasing into bins with spare share, so two 0.5 pods fill one 1-GPU bin
-   (KAI's node-scale-adjuster sums fractions the same way, REFERENCE.md 3);
+   into bins with spare share, so two 0.5 pods fill one 1-GPU bin (KAI's
+   node-scale-adjuster sums fractions the same way, REFERENCE.md 3): best-fit-decreasing
+   or minimum bin slack, whichever needs fewer GPUs (`controller.packing.pack`);
 3. *in-flight accounting*: bins are placed into the GPU capacity of the group's live
    triggers first (most progressed first: Ready, launched, linked, new), whatever their
    size, so a change in packing never replaces capacity already bought; only bins left

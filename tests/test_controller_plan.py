@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -41,7 +42,7 @@ from controller.nodes import (
     parse_nomination,
     slim_node,
 )
-from controller.packing import pack
+from controller.packing import Bin, best_fit_decreasing, largest_need_first, pack
 from controller.plan import link_claims, native_reserved, plan
 from controller.triggers import TriggerSettings, condition_patch, trigger_name, trigger_pod
 
@@ -191,6 +192,55 @@ def test_pods_share_the_cards_of_a_pod_of_several_vgpus() -> None:
     assert [b.size for b in again] == [1]  # 4,888 MiB left on each card: no room for 8,000
     result = plan(snapshot(pods, pools=HAMI_POOLS), CONFIG)
     assert sum(c.gpus for c in result.creates) == 3
+
+
+def test_memory_shares_that_interlock_fill_the_fewest_cards() -> None:
+    """Two HAMi pods of two 10,000 MiB vGPUs and 16 + 16 pods of 8,000 and 6,000 MiB fill
+    12 A10Gs (22,888 MiB): 10,000 + 6,000 + 6,000 and 8,000 + 8,000 + 6,000 to a card.
+    Best fit alone put an 8,000 beside each 10,000 and bought 14; in a 160-pod demo
+    Karpenter bought four 4-GPU nodes for those triggers and HAMi filled three."""
+    memory = {"gpu-intent.io/model-memory": "22888"}
+    source = ("hami:nvidia.com/gpumem", "hami:nvidia.com/use-gputype")
+
+    def hami(name: str, gpus: str, mib: int) -> dict[str, Any]:
+        extra = {"gpu-intent.io/gpu-memory": str(mib), **memory}
+        return gpu_pod(name, gpus, model="a10g", source=source, extra_annotations=extra)
+
+    pods = [
+        *(hami(f"x{i}", "2", 10000) for i in range(2)),
+        *(hami(f"m{i:02d}", "1", 8000) for i in range(16)),
+        *(hami(f"s{i:02d}", "1", 6000) for i in range(16)),
+    ]
+    parsed = [p for p in snapshot(pods).pods if isinstance(p, PendingPod)]
+    items = largest_need_first(parsed)
+    assert sum(b.size for b in best_fit_decreasing(items, [])) == 14
+    bins = pack(parsed)
+    assert sum(b.size for b in bins) == 12
+    for b in bins:  # every card holds what HAMi's Fit would put on it
+        mib = Counter(p.intent.gpu_memory_mib for p in b.pods)
+        if b.cards:
+            assert mib == {10000: 1, 6000: 4} and all(c >= 0 for c in b.cards)
+        else:
+            assert mib == {8000: 2, 6000: 1}
+    assert sorted(p.ref.name for b in bins for p in b.pods) == sorted(p.ref.name for p in parsed)
+    result = plan(snapshot(pods, pools=HAMI_POOLS), CONFIG)
+    assert sum(c.gpus for c in result.creates) == 12
+
+
+def test_the_fuller_packing_is_applied_to_the_bins_pods_stay_in() -> None:
+    """Open bins (pods staying with their trigger) are filled by the packing chosen, in
+    place. A staying 0.4 takes 0.4 + 0.2 and 0.5 + 0.45 share one new GPU; best fit
+    gives the staying pod the 0.5 and opens two."""
+    shares = {"stay": "0.4", "a": "0.5", "b": "0.45", "c": "0.4", "d": "0.2"}
+    pods = [p for p in snapshot([gpu_pod(n, v, model="l4") for n, v in shares.items()]).pods
+            if isinstance(p, PendingPod)]  # fmt: skip
+    best_fit = best_fit_decreasing(largest_need_first(pods[1:]), [Bin(1, Decimal("0.4"), [pods[0]])])
+    assert [sorted(p.ref.name for p in b.pods) for b in best_fit] == [["a", "stay"], ["b", "c"], ["d"]]
+    staying = Bin(1, Decimal("0.4"), [pods[0]])
+    bins = pack(pods[1:], into=[staying])
+    assert sorted(p.ref.name for p in staying.pods) == ["c", "d", "stay"]
+    assert staying.used == 1
+    assert [sorted(p.ref.name for p in b.pods) for b in bins] == [["a", "b"]]
 
 
 def test_packing_fills_the_tightest_bin_so_fractions_need_the_fewest_gpus() -> None:
