@@ -460,8 +460,10 @@ class SimScheduler:
         self._warned: set[tuple[str, str]] = set()
         self._rng = random.Random()
         #: kube-scheduler's unschedulablePods: uid -> (the pod's `scheduling_properties`
-        #: and the `_cluster_token` when it was found unschedulable, monotonic seconds then)
-        self._parked: dict[str, tuple[str, tuple[int, ...], float]] = {}
+        #: and the `_cluster_token` when it was found unschedulable, monotonic seconds
+        #: then, and the pod's resourceVersion those properties were last read at: a pod
+        #: not written since is not encoded again on every pass)
+        self._parked: dict[str, tuple[str, tuple[int, ...], float, str]] = {}
         #: The store's node write last read, and each node's (`node_properties`, object)
         #: then (`_node_changes`).
         self._node_seen: tuple[int, dict[str, tuple[str, Obj]]] = (-1, {})
@@ -658,15 +660,21 @@ class SimScheduler:
         """Whether ``pod`` waits in unschedulablePods: found unschedulable with its current
         `scheduling_properties`, nothing in `_cluster_token` changed since, and for less
         than `MAX_IN_UNSCHEDULABLE_SECONDS`."""
-        uid = pod["metadata"]["uid"]
+        meta = pod["metadata"]
+        uid = meta["uid"]
         parked = self._parked.get(uid)
+        if parked is None:
+            return False
+        version = meta.get("resourceVersion", "")
+        if parked[3] != version:
+            if parked[0] != scheduling_properties(pod):
+                return False
+            parked = self._parked[uid] = (*parked[:3], version)
         # A write to a ResourceClaim or ResourceSlice (token[1:3]) may make only a pod
         # with claims fit: DynamicResources is the one plugin registering those events.
         claims = bool((pod.get("spec") or {}).get("resourceClaims"))
         if (
-            parked is None
-            or parked[0] != scheduling_properties(pod)
-            or (claims and parked[1][1:3] != token[1:3])
+            (claims and parked[1][1:3] != token[1:3])
             or parked[1][3:] != token[3:]
             or now - parked[2] >= MAX_IN_UNSCHEDULABLE_SECONDS
         ):
@@ -674,7 +682,7 @@ class SimScheduler:
         if parked[1][0] != token[0]:
             if self._woken_by_nodes(pod, parked[1][0]):
                 return False
-            self._parked[uid] = (parked[0], token, parked[2])
+            self._parked[uid] = (parked[0], token, parked[2], parked[3])
         return True
 
     def _pass(self, name: str) -> Iterator[bool]:
@@ -1107,7 +1115,7 @@ class SimScheduler:
         self._attempts[uid] = (attempts + 1, now)
         version = self._mark(pod, "Unschedulable", message)
         if version is not None:
-            self._parked[uid] = (scheduling_properties(pod), token, now)
+            self._parked[uid] = (scheduling_properties(pod), token, now, version)
 
     def backoff(self, uid: str, now: float) -> float:
         """Seconds the pod ``uid`` still waits in backoffQ at monotonic ``now``, after its
