@@ -63,6 +63,7 @@ from sim.store import (
     Obj,
     ResourceType,
     Store,
+    json_copy,
 )
 from sim.validation import FieldError
 
@@ -321,7 +322,7 @@ class Admission:
         """Run the matching webhooks on ``obj`` (not modified) and return the admitted
         object. Raises `ApiError`: the webhook's denial, or 500 (patch failed, or a call
         failed under failurePolicy Fail)."""
-        result = AdmissionResult(copy.deepcopy(obj))
+        result = AdmissionResult(json_copy(obj))
         seen_by: dict[int, Obj] = {}
         hooks = self._webhooks(rt, operation, obj, namespace)
         for index, (config_name, hook) in enumerate(hooks):
