@@ -25,6 +25,7 @@ from typing import Any, Final
 import yaml
 
 from intent.contract import is_label_value
+from intent.runtime import SAFE_LOADER
 
 __all__ = [
     "Catalog",
@@ -417,7 +418,8 @@ def load_catalog(override: str | Path | None = None) -> Catalog:
             ``catalog.yaml`` (the message names the file and the field).
     """
     builtin = resources.files("intent").joinpath(_BUILTIN)
-    data = _parse(yaml.safe_load(builtin.read_text(encoding="utf-8")), f"gpu_intent/{_BUILTIN}")
+    text = builtin.read_text(encoding="utf-8")
+    data = _parse(yaml.load(text, Loader=SAFE_LOADER), f"gpu_intent/{_BUILTIN}")
     where = "intent/catalog.yaml"
     if override is not None:
         where = str(override)

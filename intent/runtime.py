@@ -1,4 +1,5 @@
-"""Process-wide runtime settings shared by every long-running command.
+"""Process-wide runtime settings shared by every long-running command, and the YAML
+loader every command reads large files with (`SAFE_LOADER`).
 
 The controller caches thousands of pending pods, triggers and NodeClaims as plain JSON
 dicts, and the simulated cluster (demo, benchmarks) stores every object the same way:
@@ -16,6 +17,15 @@ collections of up to 0.27 s in the controller (1.6 s of CPU in 20 s) and 16 of u
 from __future__ import annotations
 
 import gc
+from typing import Any, Final
+
+import yaml
+
+#: PyYAML's safe loader in C (libyaml's ``CSafeLoader``, in PyYAML's wheels), else its
+#: pure-Python ``SafeLoader``: the same documents, about eight times faster. For
+#: ``yaml.load(text, Loader=SAFE_LOADER)``. Reading 1,000 pods' manifests took 2.1 s in
+#: Python and 0.28 s in C; the built-in GPU catalog 66 ms and 5 ms.
+SAFE_LOADER: Final[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 #: `gc.set_threshold` values: a young collection every 10,000 net allocations of
 #: container objects (default 700), the middle generation every 10 of those (default),

@@ -21,6 +21,7 @@ from intent.keys import AWS_GPU_NAME_LABEL, KARPENTER_GROUP
 from intent.keys import INSTANCE_TYPE_LABEL as INSTANCE_TYPE_LABEL
 from intent.keys import NODEPOOL_LABEL as NODEPOOL_LABEL
 from intent.kube import Kube, KubeError, object_path
+from intent.runtime import SAFE_LOADER
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def read_examples(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
     out: list[tuple[Path, dict[str, Any]]] = []
     for path in sorted(directory.glob("*.yaml")):
         try:
-            docs = list(yaml.safe_load_all(path.read_text()))
+            docs = list(yaml.load_all(path.read_text(), Loader=SAFE_LOADER))
         except (OSError, UnicodeDecodeError) as e:
             raise ExamplesError(f"{path}: cannot read: {e}") from None
         except yaml.YAMLError as e:
