@@ -7,6 +7,7 @@ into first (`TriggerCapacity`).
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
 from collections import defaultdict
@@ -49,6 +50,13 @@ HAMI_MIN_SHARE = Decimal("0.1")
 _SPLIT_LAYERS: Final = frozenset({"hami", "volcano"})
 
 
+#: Intents whose `gpu_need` and `spread_demand` are remembered: both are pure, and a
+#: planner pass asks them of each pod many times (once per NodeClaim tried, in
+#: `controller.capacity.place_on_free`), while a burst's pods share a few intents.
+INTENTS_REMEMBERED: Final = 4096
+
+
+@functools.lru_cache(maxsize=INTENTS_REMEMBERED)
 def gpu_need(intent: Intent) -> Decimal:
     """GPUs a pod takes when packed with others (`pack`, free GPUs and
     NodeReady covers in `controller.capacity`, GPUs found used on a node): a share of one
@@ -147,6 +155,7 @@ def gpu_use(intent: Intent) -> Decimal:
     return devices if card is None else devices * card
 
 
+@functools.lru_cache(maxsize=INTENTS_REMEMBERED)
 def spread_demand(intent: Intent) -> tuple[int, Decimal] | None:
     """For a HAMi pod (`controller.placement.layers_of` names ``hami``): (devices, the
     share of each it takes), as HAMi's scheduler places it card by card, each vGPU on a
