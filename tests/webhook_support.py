@@ -107,14 +107,15 @@ async def until_listening(port: int, context: ssl.SSLContext, within: float = 10
 async def until_refused(port: int, context: ssl.SSLContext, deadline: float) -> None:
     """Wait (polling, until monotonic time ``deadline``) until connections to ``port``
     are refused: the server closed its listener. A connect accepted in the backlog just
-    as the listener closed is reset (another `OSError`) and tried again."""
+    as the listener closed is reset (another `OSError`), or left without a TLS handshake
+    (given up after a second), and tried again."""
     while True:
         try:
-            _, probe = await connect(port, context)
+            _, probe = await asyncio.wait_for(connect(port, context), 1.0)
             probe.close()
         except ConnectionRefusedError:
             return
-        except OSError:  # accepted in the backlog as the listener closed: reset
+        except (OSError, TimeoutError):  # in the backlog as the listener closed
             pass
         assert time.monotonic() < deadline, "the listener never closed"
         await asyncio.sleep(0.02)
