@@ -146,6 +146,17 @@ async def test_a_device_class_is_applied_as_given_beside_the_drivers_defaults(
     assert "mig.nvidia.com" in classes
 
 
+def test_yaml_the_demo_cannot_parse_names_its_file_and_line(tmp_path: Path) -> None:
+    """Read with libyaml's loader (`intent.runtime.SAFE_LOADER`), the error still names
+    the file and the line, in one line."""
+    (tmp_path / "a.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x\n")
+    with pytest.raises(ExamplesError) as raised:
+        read_examples(tmp_path)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(f"{tmp_path / 'a.yaml'}: not valid YAML (line 4): ")
+
+
 def test_a_kind_the_demo_does_not_model_is_one_clear_line(tmp_path: Path) -> None:
     (tmp_path / "x.yaml").write_text(
         yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})
