@@ -215,14 +215,14 @@ def tensor_fusion(name: str, model: str, vram: str, count: int = 1) -> dict[str,
     )
 
 
-def whole_gpu(name: str, model: str) -> dict[str, Any]:
-    """A native pod: one whole ``nvidia.com/gpu`` of ``model`` (Karpenter serves it)."""
+def whole_gpu(name: str, model: str, gpus: int = 1) -> dict[str, Any]:
+    """A native pod: ``gpus`` whole ``nvidia.com/gpu`` of ``model`` (Karpenter serves it)."""
     return _pod(
         name,
         node_selector={GPU_NAME_LABEL: model},
         cpu="2",
         memory="8Gi",
-        limits={"nvidia.com/gpu": "1"},
+        limits={"nvidia.com/gpu": str(gpus)},
     )
 
 

@@ -37,15 +37,6 @@ MIX_PODS: Final = 160
 Make = Callable[[str], dict[str, Any]]
 
 
-def _native(model: str, gpus: int) -> Make:
-    def make(name: str) -> dict[str, Any]:
-        pod = whole_gpu(name, model)
-        pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = str(gpus)
-        return pod
-
-    return make
-
-
 #: (count, name prefix, pod maker) of one 160-pod mix.
 MIX: Final[tuple[tuple[int, str, Make], ...]] = (
     (16, "hami-a10g", lambda n: hami(n, "A10G", 8000)),
@@ -57,10 +48,10 @@ MIX: Final[tuple[tuple[int, str, Make], ...]] = (
     (8, "kai-h-l4", lambda n: kai_fraction(n, "l4", "0.5", "1")),
     (6, "kai-mem", lambda n: kai_memory(n, 20000)),
     (8, "tf-l40s", lambda n: tensor_fusion(n, "l40s", "20Gi")),
-    (8, "native-t4", _native("t4", 1)),
-    (2, "native-t4x2", _native("t4", 2)),
-    (4, "native-l4x2", _native("l4", 2)),
-    (2, "native-l4x4", _native("l4", 4)),
+    (8, "native-t4", lambda n: whole_gpu(n, "t4")),
+    (2, "native-t4x2", lambda n: whole_gpu(n, "t4", 2)),
+    (4, "native-l4x2", lambda n: whole_gpu(n, "l4", 2)),
+    (2, "native-l4x4", lambda n: whole_gpu(n, "l4", 4)),
 )
 
 

@@ -5,7 +5,6 @@ and the demo's need of a 160-pod mix, which the summed twin undercounted."""
 
 from __future__ import annotations
 
-import copy
 import math
 from collections import Counter
 from decimal import Decimal
@@ -180,9 +179,7 @@ def mix_160() -> list[dict[str, Any]]:
     add(16, tensor_fusion, "l40s", "20Gi")
     add(2, whole_gpu, "t4")
     for gpus in (2, 4):
-        native = copy.deepcopy(whole_gpu(f"p-t4x{gpus}", "t4"))
-        native["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = str(gpus)
-        pods.append(native)
+        pods.append(whole_gpu(f"p-t4x{gpus}", "t4", gpus))
     return pods
 
 
