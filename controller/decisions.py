@@ -62,7 +62,10 @@ class PlanConfig:
             trigger for this long (stops flapping when pods come and go).
         contest_seconds: how long a new trigger may wait for the capacity on its way
             for KAI's pods that could take its node first (`controller.contests`),
-            counted from when its oldest pod became Unschedulable.
+            counted from when its oldest pod became Unschedulable; and how long, from
+            its creation, a NodeClaim Karpenter launched for other pods that went
+            elsewhere holds back triggers for the pods it can host
+            (`controller.plan._coming_up`).
         placement: where each GPU-sharing layer's pods can run
             (`controller.placement.Placements`, the layers' own defaults): a pod's trigger
             asks for such a node, and only NodePools that make one serve it.

@@ -22,6 +22,7 @@ from controller.reasons import (
     ClaimDeleted,
     ClaimNotReady,
     ClaimReady,
+    ComingUp,
     Constraint,
     Contested,
     Cooldown,
@@ -290,6 +291,12 @@ def hold_text(why: Hold) -> str:
                 "binds every session, on the fitting node with the fewest idle GPUs); "
                 f"buying once it is Ready, at the latest at {until:%H:%M:%S}"
             )
+        case ComingUp(claim=claim, until=until):
+            return (
+                f"Karpenter's NodeClaim {claim}, launched for other pods that went to other "
+                "nodes, has GPUs free for this pod once it is Ready; buying only if it "
+                f"comes up without room, at the latest at {until:%H:%M:%S}"
+            )
         case _:
             assert_never(why)
 
@@ -368,5 +375,13 @@ _POOL: Final = (
     NoNodeRuns,
 )
 _CONSTRAINT: Final = (SelectorNotAdmitted, SelectorLabelUnknown, AffinityUnmet)
-_HOLD: Final = (Cooldown, TooManyGpus, TriggerLimit, PoolTriggerLimit, RateLimited, Contested)
+_HOLD: Final = (
+    Cooldown,
+    TooManyGpus,
+    TriggerLimit,
+    PoolTriggerLimit,
+    RateLimited,
+    Contested,
+    ComingUp,
+)
 _FAILURE: Final = (PoolAtLimits, ClaimDeleted, ClaimNotReady)

@@ -108,6 +108,7 @@ from controller.packing import Bin, TriggerCapacity, gpu_need, pack
 from controller.pools import PoolResolver, resolve_pool
 from controller.reasons import (
     ClaimReady,
+    ComingUp,
     Cooldown,
     FreeGpus,
     HeldBack,
@@ -208,6 +209,9 @@ class _Pass:
     #: The spare GPUs each live trigger of a group `_fill` has allocated kept (by
     #: trigger): what the group lends (`_lendable`) once its own pods are placed.
     kept: dict[PodRef, int] = field(default_factory=dict)
+    #: The room of NodeClaims Karpenter launched for other pods that is no pending
+    #: pod's (`_coming_up`), computed on first need; what held bins take is taken out.
+    coming: dict[str, Room] | None = None
 
     def tell(self, pod: PendingPod | InvalidPod, why: StatusReason) -> None:
         """Tell ``pod`` the status ``why`` makes (`controller.statuses.told`, and record
@@ -476,9 +480,7 @@ def _withdraw(
     yet): deleting an unlinked trigger risks that, as deleting one no pod needs does."""
     if key.model is None or not is_session(key, config.placement):
         return supply
-    unlinked = [
-        t for t in supply if work.claim_of[t.ref] is None and t.ref not in work.failures
-    ]
+    unlinked = [t for t in supply if work.claim_of[t.ref] is None and t.ref not in work.failures]
     pods = work.groups.get(key, [])
     if not unlinked or not pods:
         return supply
@@ -703,6 +705,9 @@ def _held_back(
     )
     if contest is not None:
         return contest
+    coming = _wait_for_coming(snapshot, config, work, key, bin_)
+    if coming is not None:
+        return coming
     if work.budget <= 0:
         return TriggerLimit(config.max_triggers)
     cap = config.max_triggers_per_pool
@@ -710,6 +715,76 @@ def _held_back(
         return PoolTriggerLimit(key.pool, cap)
     if work.tokens is not None and work.tokens <= 0:
         return RateLimited()
+    return None
+
+
+def _coming_up(snapshot: Snapshot, config: PlanConfig) -> dict[str, Room]:
+    """The room, by NodeClaim name, of the NodeClaims Karpenter launched for pods other
+    than our triggers (no trigger's marker) that are not Ready yet: their GPUs
+    (`NodeClaimInfo.gpus`, the instance launched) less those of the pending native pods
+    Karpenter nominated onto them (``snapshot.reserved``), spread over their cards
+    (`controller.capacity.Room`); only those with some room, of a NodePool that makes
+    GPUs, and none Karpenter nominated a pod of a namespace that did not opt in onto
+    (`controller.capacity.foreign_claims`: that pod's GPUs are not known). Pure.
+
+    The pods Karpenter bought such a NodeClaim for may have gone elsewhere: kube-scheduler
+    binds a pending native pod to the first Ready node it fits, a node bought for our
+    triggers included, while its own NodeClaim is still initializing (seen on the real
+    kube-scheduler and Karpenter, `../shared/realk8s`: three 1-GPU native pods took a T4
+    node bought for KAI's triggers, whose pods were bought a fifth T4 node that came up
+    empty, as KAI took the native pods' nodes). Karpenter counts in-flight NodeClaims as
+    capacity for the pods it provisions (pkg/controllers/provisioning/scheduling,
+    ``NewExistingNode`` for in-flight nodes); this is that count for sharing-layer pods."""
+    passed = foreign_claims(
+        snapshot.nominations.values(), snapshot.opted_in, config.trigger.namespace
+    )
+    room: dict[str, Room] = {}
+    for claim in snapshot.nodeclaims.values():
+        if (
+            claim.marked
+            or claim.ready
+            or claim.deleting
+            or not claim.gpu_capacity
+            or claim.name in passed
+        ):
+            continue
+        pool = snapshot.nodepools.get(claim.pool or "")
+        if pool is None or not pool.makes_gpus():
+            continue
+        left = Room.of(claim.gpus, snapshot.reserved.get(claim.name, Decimal(0)))
+        if left.total > 0:
+            room[claim.name] = left
+    return room
+
+
+def _wait_for_coming(
+    snapshot: Snapshot, config: PlanConfig, work: _Pass, key: GroupKey, bin_: Bin
+) -> ComingUp | None:
+    """Whether ``bin_`` of group ``key`` waits for a NodeClaim `_coming_up` has room on:
+    the first by name that hosts all its pods (`controller.capacity.claim_hosts`) and
+    has room for each (`Room.take`, taken out of ``work.coming``), for at most
+    ``config.contest_seconds`` from the NodeClaim's creation. Only one whose labels say
+    the GPU the group needs (`intent.providers.model_requirements`), as the instance
+    launched sets them: its requirements may allow several models. Once the NodeClaim is
+    Ready its free GPUs take the pods (`controller.capacity.place_on_free`), or, taken
+    by others, let them buy."""
+    if work.coming is None:
+        work.coming = _coming_up(snapshot, config)
+    if not work.coming:
+        return None
+    profile = config.trigger.profile
+    gpu = model_requirements(profile, key.model, key.min_memory_mib)
+    for name in sorted(work.coming):
+        claim = snapshot.nodeclaims[name]
+        until = (claim.created or snapshot.now) + timedelta(seconds=config.contest_seconds)
+        if snapshot.now >= until or not all(r["key"] in claim.labels for r in gpu):
+            continue  # waited long enough; or not labelled yet: its GPU is not known
+        if not all(claim_hosts(claim, key, pod, profile) for pod in bin_.pods):
+            continue
+        trial = Room(list(work.coming[name].cards))
+        if all(trial.take(pod.intent, gpu_need(pod.intent)) for pod in bin_.pods):
+            work.coming[name] = trial
+            return ComingUp(name, until)
     return None
 
 

@@ -191,8 +191,20 @@ class Contested:
     until: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class ComingUp:
+    """NodeClaim ``claim``, which Karpenter launched for other pods and which is not
+    Ready yet, has GPUs none of the pending pods Karpenter nominated onto it will use
+    (the pods it was bought for went to other nodes): the group's pods that fit there
+    wait for it rather than buy (`controller.plan._coming_up`), at most until
+    ``until``."""
+
+    claim: str
+    until: datetime
+
+
 #: Why a new trigger waits: its pods are told ``Waiting``.
-Hold = Cooldown | TooManyGpus | TriggerLimit | PoolTriggerLimit | RateLimited | Contested
+Hold = Cooldown | TooManyGpus | TriggerLimit | PoolTriggerLimit | RateLimited | Contested | ComingUp
 
 # --- why a trigger failed ------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from controller.reasons import (
     ClaimDeleted,
     ClaimNotReady,
     ClaimReady,
+    ComingUp,
     Contested,
     Cooldown,
     DefaultPoolMissing,
@@ -168,6 +169,12 @@ CASES: list[tuple[Reason, str]] = [
         "capacity on its way for KAI pods could take this pod's node first (KAI binds every "
         "session, on the fitting node with the fewest idle GPUs); buying once it is Ready, "
         "at the latest at 12:02:00",
+    ),
+    (
+        ComingUp("gpu-standard-x7k2p", datetime(2026, 11, 21, 12, 2, tzinfo=UTC)),
+        "Karpenter's NodeClaim gpu-standard-x7k2p, launched for other pods that went to other "
+        "nodes, has GPUs free for this pod once it is Ready; buying only if it comes up "
+        "without room, at the latest at 12:02:00",
     ),
     # why a trigger failed
     (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -44,6 +45,7 @@ from controller.nodes import (
 )
 from controller.packing import Bin, best_fit_decreasing, largest_need_first, pack
 from controller.plan import link_claims, native_reserved, plan
+from controller.reasons import ComingUp, HeldBack
 from controller.triggers import TriggerSettings, condition_patch, trigger_name, trigger_pod
 
 NOW = datetime(2026, 11, 21, 12, 0, 5, tzinfo=UTC)
@@ -234,8 +236,14 @@ def test_the_fuller_packing_is_applied_to_the_bins_pods_stay_in() -> None:
     shares = {"stay": "0.4", "a": "0.5", "b": "0.45", "c": "0.4", "d": "0.2"}
     pods = [p for p in snapshot([gpu_pod(n, v, model="l4") for n, v in shares.items()]).pods
             if isinstance(p, PendingPod)]  # fmt: skip
-    best_fit = best_fit_decreasing(largest_need_first(pods[1:]), [Bin(1, Decimal("0.4"), [pods[0]])])
-    assert [sorted(p.ref.name for p in b.pods) for b in best_fit] == [["a", "stay"], ["b", "c"], ["d"]]
+    best_fit = best_fit_decreasing(
+        largest_need_first(pods[1:]), [Bin(1, Decimal("0.4"), [pods[0]])]
+    )
+    assert [sorted(p.ref.name for p in b.pods) for b in best_fit] == [
+        ["a", "stay"],
+        ["b", "c"],
+        ["d"],
+    ]
     staying = Bin(1, Decimal("0.4"), [pods[0]])
     bins = pack(pods[1:], into=[staying])
     assert sorted(p.ref.name for p in staying.pods) == ["c", "d", "stay"]
@@ -1247,3 +1255,63 @@ def test_a_new_pod_fills_the_share_staying_pods_leave_of_their_trigger() -> None
     assert [c.gpus for c in result.creates] == [1]
     on_t1 = {s.ref.name for s in result.statuses if s.status.trigger == "gpu-intent-system/gi-t1"}
     assert "h" in on_t1 and len(on_t1 & {"q1", "q2"}) == 1, result.statuses
+
+
+def launched_claim(
+    name: str, model: str, gpus: int = 4, *, marked: Sequence[str] = (), labelled: bool = True
+) -> dict[str, Any]:
+    """A NodeClaim Karpenter launched (its instance's GPUs in ``status.capacity`` and,
+    when ``labelled``, its GPU name label) that is not Ready yet."""
+    claim = nodeclaim(name, "gpu-standard", gpus=gpus, model=model, launched=True, marked=marked)
+    claim["status"]["capacity"] = {"nvidia.com/gpu": str(gpus)}
+    if labelled:
+        claim["metadata"]["labels"]["karpenter.k8s.aws/instance-gpu-name"] = model
+    return claim
+
+
+def test_pods_wait_for_gpus_a_launching_nodeclaim_has_that_its_own_pods_left() -> None:
+    """Seen on the real kube-scheduler and Karpenter: native pods took a T4 node bought
+    for KAI's triggers while the NodeClaim Karpenter had bought for them was still
+    initializing; buying again for the KAI pods left a fifth T4 node empty. A NodeClaim
+    Karpenter launched for other pods (no trigger's marker), not Ready, with GPUs no
+    pending pod is nominated to, holds back a new trigger for the pods it can host."""
+    quarters = [gpu_pod(f"q{i}", "0.25", model="t4") for i in range(8)]
+    coming = launched_claim("nc-9", "t4", gpus=4)
+    result = plan(snapshot(quarters, claims=[coming]), CONFIG)
+    assert result.creates == ()
+    until = datetime(2026, 11, 21, 12, 2, tzinfo=UTC)  # created T0, + contest_seconds
+    told = {s.why for s in result.statuses}
+    assert told == {HeldBack(ComingUp("nc-9", until))}
+    assert all(s.status.phase == WAITING for s in result.statuses)
+    # three of its four GPUs are a pending native pod's (nominated there): one is room
+    natives = [native_pod(f"native-{i}", "t4") for i in range(3)]
+    snap = snapshot([*natives, *quarters], claims=[coming])
+    nominations = {
+        ("ml", p.ref.name): Nomination(("ml", p.ref.name), p.ref.uid or "", "nc-9", NOW)
+        for p in snap.pods
+        if isinstance(p, PendingPod) and p.ref.name.startswith("native")
+    }
+    part = plan(replace(snap, reserved=native_reserved(snap.pods, nominations)), CONFIG)
+    assert [len(c.serves) for c in part.creates] == [4]
+    waiting = [s for s in part.statuses if isinstance(s.why, HeldBack)]
+    assert len(waiting) == 4
+    # none of these holds anything back
+    for other in (
+        launched_claim("nc-9", "t4", marked=["gi-old"]),  # bought for our trigger
+        launched_claim("nc-9", "l4"),  # another model
+        launched_claim("nc-9", "t4", labelled=False),  # which GPU is not known yet
+        {**coming, "metadata": {**coming["metadata"], "creationTimestamp": LONG_AGO}},
+    ):
+        assert [
+            len(c.serves) for c in plan(snapshot(quarters, claims=[other]), CONFIG).creates
+        ] == [4, 4]
+    # Ready, its free GPUs take the pods at once
+    ready = launched_claim("nc-9", "t4")
+    ready["status"]["conditions"] = [
+        {"type": "Launched", "status": "True"},
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-21T12:00:04Z"},
+    ]
+    ready["status"]["nodeName"] = "n9"
+    now_ready = plan(snapshot(quarters, claims=[ready]), CONFIG)
+    assert now_ready.creates == ()
+    assert {s.status.phase for s in now_ready.statuses} == {NODE_READY}

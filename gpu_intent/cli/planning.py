@@ -153,7 +153,9 @@ def _add_cover_flags(parser: argparse.ArgumentParser, plan: PlanConfig) -> None:
         metavar="SECONDS",
         help="how long a new trigger may wait, from when its oldest pod became "
         "Unschedulable, for the capacity on its way for KAI pods that could take its node "
-        "first; a KAI trigger Karpenter has not bought for yet is withdrawn for as long "
+        "first; a KAI trigger Karpenter has not bought for yet is withdrawn for as long; "
+        "also how long, from its creation, a NodeClaim Karpenter launched for other pods "
+        "that went elsewhere holds back triggers for the pods its free GPUs can take "
         f"(0: never waits; default {plan.contest_seconds:g})",
     )
     parser.add_argument(
