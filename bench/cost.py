@@ -419,6 +419,8 @@ def controller_flags(config: ControllerConfig) -> list[str]:
         "--max-gpus-per-trigger", str(plan.max_gpus_per_trigger),
         "--max-triggers-per-pool", str(plan.max_triggers_per_pool),
         "--cooldown-seconds", f"{plan.cooldown_seconds:g}",
+        "--gather-seconds", f"{plan.gather_seconds:g}",
+        "--gather-max-seconds", f"{plan.gather_max_seconds:g}",
         "--retry-base-seconds", f"{plan.retry_base_seconds:g}",
         "--retry-max-seconds", f"{plan.retry_max_seconds:g}",
         "--retry-attempts", str(plan.retry_attempts),

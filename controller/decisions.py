@@ -69,6 +69,15 @@ class PlanConfig:
         placement: where each GPU-sharing layer's pods can run
             (`controller.placement.Placements`, the layers' own defaults): a pod's trigger
             asks for such a node, and only NodePools that make one serve it.
+        gather_seconds, gather_max_seconds: a group's new pods (no status yet) get no
+            new trigger while the group's newest pod is younger than ``gather_seconds``,
+            for at most ``gather_max_seconds`` from its oldest new pod's creation: a
+            burst is packed whole, not pass by pass as its pods arrive (Karpenter's
+            own batching, ``BATCH_IDLE_DURATION`` 1 s and ``BATCH_MAX_DURATION`` 10 s,
+            pkg/operator/options). Ages are read from ``creationTimestamp``, whole
+            seconds, so 2 s waits 1 to 2 s after the newest pod (on the real
+            Karpenter, 1 s let passes that ran just after a second began cut a burst
+            arriving over one second); 0 turns it off.
     """
 
     trigger: TriggerSettings = field(default_factory=TriggerSettings)
@@ -85,6 +94,8 @@ class PlanConfig:
     cooldown_seconds: float = 10.0
     contest_seconds: float = 120.0
     placement: Placements = field(default_factory=Placements)
+    gather_seconds: float = 2.0
+    gather_max_seconds: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +304,10 @@ class Plan:
     #: NodeClaims to delete (bought for failed triggers, never initialized).
     claim_deletes: tuple[DeleteNodeClaim, ...] = ()
     bookkeeping: Bookkeeping = field(default_factory=Bookkeeping)
+    #: The earliest time a decision of this plan changes with time alone (a burst's
+    #: gathering ends, a hold's deadline passes), None when none does: the controller
+    #: plans again then, changes or not. Not an action: a plan with only a wake is empty.
+    wake: datetime | None = None
 
     def __bool__(self) -> bool:
         return bool(

@@ -205,10 +205,13 @@ class IncrementalPlanner:
                     self._live - live,
                     dict(elsewhere),
                 )
-                sensitive = any(
+                planned = plan(snapshot, self._config)
+                # A plan that wakes (a burst gathering, a hold's deadline) changes with
+                # ``now`` alone: planned again every pass until it does not.
+                sensitive = planned.wake is not None or any(
                     time_sensitive(p, self._covers, self._retries) for p in part.pods.values()
                 )
-                memo = part.memo = _Memo(key, plan(snapshot, self._config), sensitive)
+                memo = part.memo = _Memo(key, planned, sensitive)
                 replanned += 1
             results.append(memo.plan)
         scheduled = self._memory.scheduled()
@@ -241,6 +244,9 @@ class IncrementalPlanner:
         creating = [r for r in results if r.creates]
         session = [c for r in creating for c in r.creates if is_session(c.group, config.placement)]
         capacity = capacity or (len(creating) > 1 and bool(session))
+        # A burst gathering or a ComingUp hold (`Plan.wake`) of KAI's pods of no model
+        # holds other partitions' groups back as a trigger would (`controller.contests`).
+        capacity = capacity or any(r.wake is not None for r in results)
         # A KAI trigger of no model created this pass withdraws KAI's triggers of a model
         # in other partitions that no NodeClaim was made for (`controller.plan._withdraw`).
         capacity = capacity or (
@@ -584,4 +590,5 @@ def _merge(plans: Sequence[Plan], labels: tuple[LabelNode, ...]) -> Plan:
         marks=tuple(chain.from_iterable(p.marks for p in plans)),
         labels=labels,
         claim_deletes=tuple(chain.from_iterable(p.claim_deletes for p in plans)),
+        wake=min((p.wake for p in plans if p.wake is not None), default=None),
     )

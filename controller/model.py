@@ -365,6 +365,10 @@ class TriggerInfo:
     min_memory_mib: int = 0
     condition_reason: str | None = None
     placement: tuple[Requirement, ...] = ()
+    #: The pods it was made for, ``(namespace, name)`` (its ``serves`` annotation, as
+    #: far as that was not cut short): they stay with it while their own status does not
+    #: say so yet (`controller.plan._stay`).
+    serves: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def group(self) -> GroupKey:
@@ -567,13 +571,23 @@ def one_copy(key: object, value: _T) -> _T:
 
 def slim_trigger(obj: Mapping[str, Any]) -> dict[str, Any]:
     """What the trigger cache keeps of a trigger pod: what `parse_trigger` reads (its
-    identity, the gpu-intent annotations but the informational ``serves`` list, container
+    identity, the gpu-intent annotations, the ``serves`` list included, container
     resources, ``schedulerName``, ``nodeName``, the ``PodScheduled`` condition), not its
     required node affinity (its marker and node exclusion) or tolerations, so
     5,000 cached triggers cost a few MiB, not the ~60 MiB of their full bodies. Pure."""
-    slim = slim_pod(obj, placement=False)
-    slim["metadata"]["annotations"].pop(ANNOTATION_SERVES, None)
-    return slim
+    return slim_pod(obj, placement=False)
+
+
+def parse_serves(text: str) -> frozenset[tuple[str, str]]:
+    """The pods of a trigger's ``serves`` annotation (``ns/name,ns/name``), as
+    ``(namespace, name)``; an entry cut short (``...``, `MAX_SERVES_CHARS`) or not of
+    that shape is left out. Pure."""
+    out: set[tuple[str, str]] = set()
+    for entry in text.split(","):
+        namespace, _, name = entry.strip().partition("/")
+        if namespace and name and not name.endswith("...") and "/" not in name:
+            out.add((namespace, name))
+    return frozenset(out)
 
 
 def parse_pending_pod(
@@ -771,6 +785,7 @@ def parse_trigger(obj: Mapping[str, Any]) -> TriggerInfo | None:
         memory_bytes=memory,
         binding=spec.get("schedulerName") != NON_BINDING_SCHEDULER,
         min_memory_mib=max(min_memory, 0),
+        serves=parse_serves(str(annotations.get(ANNOTATION_SERVES) or "")),
         condition_reason=next(
             (
                 str(c.get("reason"))

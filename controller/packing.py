@@ -241,10 +241,10 @@ def pack(pods: Iterable[PendingPod], into: Iterable[Bin] = ()) -> list[Bin]:
     trials = [best_fit_decreasing(items, _copies(opened))]
     if any(need < 1 for _, need in items):
         trials.append(fullest_bin_first(items, _copies(opened)))
-    best = min(trials, key=lambda b: (sum(x.size for x in b[len(opened):]), len(b)))
+    best = min(trials, key=lambda b: (sum(x.size for x in b[len(opened) :]), len(b)))
     for original, packed in zip(opened, best, strict=False):
         original.used, original.pods, original.cards = packed.used, packed.pods, packed.cards
-    return best[len(opened):]
+    return best[len(opened) :]
 
 
 def _copies(bins: Sequence[Bin]) -> list[Bin]:

@@ -200,6 +200,8 @@ class Controller:
         self._leading = False
         #: The do-not-disrupt writes of the last pass that had any (`_protect`).
         self._protector: asyncio.Task[None] | None = None
+        #: The timer of the next `_wake_at`, if one is set.
+        self._wake: asyncio.TimerHandle | None = None
         #: When the last pass started (monotonic seconds), and what it saw of the inputs
         #: that can make deletes and marks (`_worth_a_pass`).
         self._last_pass = float("-inf")
@@ -416,6 +418,19 @@ class Controller:
         if self.memory.left() and (self._reader is None or self._reader.done()):
             self._reader = asyncio.create_task(self.read_left(), name="read-left")
 
+    def _wake_at(self, when: datetime) -> None:
+        """Plan again at ``when`` (`controller.decisions.Plan.wake`: a decision changes
+        with time alone then, a burst's gathering ends), changes or not. One timer: a
+        later wake than the one set waits for it (the pass then sets the next)."""
+        loop = asyncio.get_running_loop()
+        due = loop.time() + max((when - self.now()).total_seconds(), 0.0) + 0.01
+        handle = self._wake
+        if handle is not None and loop.time() < handle.when() <= due:
+            return  # pending, and sooner
+        if handle is not None:
+            handle.cancel()
+        self._wake = loop.call_at(due, self._poke)
+
     def _poke(self) -> None:
         """Something changed: plan again (after `_settle`)."""
         if self._waiting_since is None:
@@ -488,6 +503,8 @@ class Controller:
         done = self.planner.run(self.now(), tokens)
         self.metrics.plan_seconds.observe(time.perf_counter() - started)  # deciding, no writes
         decided = done.plan
+        if decided.wake is not None:
+            self._wake_at(decided.wake)
         if decided:
             decided = to_apply(decided, self.now(), self.config.plan, creating=self.creating)
         spent = decided.bookkeeping.create_tokens

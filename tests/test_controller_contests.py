@@ -280,3 +280,26 @@ def test_kai_fractions_take_the_spare_of_kai_memory_capacity_their_pods_left() -
     result = plan(snapshot([tf], triggers=[trigger], claims=[claim]), CONFIG)
     assert held(result, "tf-l4") is not None
     assert not [s for s in result.statuses if s.status.trigger == "gpu-intent-system/gi-mem"]
+
+
+def test_kai_pods_of_no_model_gathered_or_waiting_for_a_coming_node_hold_others_back() -> None:
+    """Real run 8: KAI's memory-only pods waited for room on a NodeClaim on its way
+    (`ComingUp`) and so had no trigger; tensor-fusion's L40S triggers were bought, and
+    when the L40S nodes came up first KAI took two of them: two more L40S nodes. Pods of
+    no model that wait for a coming node, or whose burst is still gathering, hold the
+    groups of a model back as a trigger of theirs would."""
+    tf = tf_pod("tf", "l40s")
+    fresh = kai_memory_pod("kai-mem", 20000)
+    fresh["metadata"]["creationTimestamp"] = stamp(NOW)  # a burst still arriving
+    gathering = plan(snapshot([fresh, tf]), CONFIG)
+    assert created_for(gathering) == set() and held(gathering, "tf") is not None
+    # a node Karpenter launched for others, whose own pods went elsewhere, has room
+    coming = nodeclaim("nc-9", "gpu-standard", gpus=4, model="l4", launched=True)
+    coming["status"]["capacity"] = {"nvidia.com/gpu": "4"}
+    coming["metadata"]["labels"]["karpenter.k8s.aws/instance-gpu-name"] = "l4"
+    coming["metadata"]["labels"]["karpenter.k8s.aws/instance-gpu-memory"] = "22888"
+    waiting = plan(snapshot([kai_memory_pod("kai-mem", 20000), tf], claims=[coming]), CONFIG)
+    assert created_for(waiting) == set() and held(waiting, "tf") is not None
+    # with neither, the KAI pods are bought for now and the tensor-fusion pod waits for that
+    plain = plan(snapshot([kai_memory_pod("kai-mem", 20000), tf]), CONFIG)
+    assert created_for(plain) == {"kai-mem"} and held(plain, "tf") is not None

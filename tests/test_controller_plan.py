@@ -1315,3 +1315,86 @@ def test_pods_wait_for_gpus_a_launching_nodeclaim_has_that_its_own_pods_left() -
     now_ready = plan(snapshot(quarters, claims=[ready]), CONFIG)
     assert now_ready.creates == ()
     assert {s.status.phase for s in now_ready.statuses} == {NODE_READY}
+
+
+def hami_pod(
+    name: str,
+    *,
+    gpumem: int,
+    model: str,
+    gpus: int = 1,
+    created: str = T0,
+    status_annotation: str | None = None,
+) -> dict[str, Any]:
+    """A pending HAMi pod of ``gpus`` vGPUs of ``gpumem`` MiB on an A10G (22,888 MiB)."""
+    extra = {"gpu-intent.io/gpu-memory": str(gpumem), "gpu-intent.io/model-memory": "22888"}
+    return gpu_pod(
+        name, str(gpus), model=model, source=("hami:nvidia.com/gpumem", "hami:nvidia.com/use-gputype"),
+        extra_annotations=extra, created=created, status_annotation=status_annotation,
+    )  # fmt: skip
+
+
+def test_a_bursts_new_pods_are_gathered_then_packed_whole() -> None:
+    """On the real Karpenter, HAMi's pods of the 160-pod mix arrived over 1.7 s and were
+    packed pass by pass: three 6000 MiB pods to a card before the pods of two 10000 MiB
+    vGPUs came, 14 A10Gs where 12 hold them all. A group's new pods get no trigger (and
+    are told nothing) until no new pod of it came for ``gather_seconds``, at most
+    ``gather_max_seconds`` after its first; the plan asks to run again then."""
+
+    def at(seconds: float) -> str:
+        return (NOW - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    smalls = [hami_pod(f"small-{i}", gpumem=6000, model="a10g", created=at(3)) for i in range(8)]
+    pairs = [
+        hami_pod(f"pair-{i}", gpumem=10000, model="a10g", gpus=2, created=at(0)) for i in range(2)
+    ]
+    config = replace(CONFIG, gather_seconds=1.0, gather_max_seconds=10.0)
+    waiting = plan(snapshot([*smalls, *pairs], pools=HAMI_POOLS), config)
+    assert not waiting  # no trigger, no status
+    assert waiting.wake == NOW + timedelta(seconds=1)
+    # the smalls alone, before the pairs came: their own triggers, three to a card
+    early = plan(snapshot(smalls, pools=HAMI_POOLS, now=NOW - timedelta(seconds=1)), config)
+    assert sum(c.gpus for c in early.creates) == 3
+    # once quiet, the whole burst: each pair's cards take four smalls, 2 + 2 GPUs
+    whole = plan(
+        snapshot([*smalls, *pairs], pools=HAMI_POOLS, now=NOW + timedelta(seconds=1)), config
+    )
+    assert sum(c.gpus for c in whole.creates) == 4 and whole.wake is None
+    # the wait ends gather_max_seconds after the first new pod, however busy
+    stream = [*smalls, *pairs]
+    stream[0] = hami_pod("small-0", gpumem=6000, model="a10g", created=at(10))
+    assert plan(snapshot(stream, pools=HAMI_POOLS), config).creates
+    # pods told something before do not wait; nor does anything with gathering off
+    told = ScaleUpStatus(TRIGGERED, "gone", "gpu-intent-system/gi-x", None, None, T0)
+    again = [
+        hami_pod(p["metadata"]["name"], gpumem=10000, model="a10g", gpus=2, created=at(0),
+                 status_annotation=told.to_annotation())
+        for p in pairs
+    ]  # fmt: skip
+    assert plan(snapshot(again, pools=HAMI_POOLS), config).creates
+    off = replace(config, gather_seconds=0.0)
+    assert plan(snapshot([*smalls, *pairs], pools=HAMI_POOLS), off).creates
+
+
+def test_pods_stay_with_the_trigger_made_for_them_before_their_status_is_written() -> None:
+    """Real run 9: a burst's creates queued a hundred ``Triggered`` statuses behind the
+    rate-limited writer; passes before they were written packed the pods afresh and told
+    them another trigger, 0.4 s later. A pod told nothing yet stays with the trigger
+    whose ``serves`` names it."""
+    halves = [gpu_pod(n, "0.5", model="l4") for n in ("a", "b", "c", "d")]
+    first = plan(snapshot(halves), CONFIG)
+    assert [sorted(r.name for r in c.serves) for c in first.creates] == [["a", "b"], ["c", "d"]]
+    one = live_trigger(first, 0, name="gi-1")
+    two = live_trigger(first, 1, name="gi-2")
+    # as if packed otherwise when made: gi-1 for a and c, gi-2 for b and d
+    one["metadata"]["annotations"]["gpu-intent.io/serves"] = "ml/a,ml/c"
+    two["metadata"]["annotations"]["gpu-intent.io/serves"] = "ml/b,ml/d"
+    later = plan(snapshot(halves, triggers=[one, two]), CONFIG)
+    told = {s.ref.name: s.status.trigger for s in later.statuses}
+    assert told == {
+        "a": "gpu-intent-system/gi-1",
+        "c": "gpu-intent-system/gi-1",
+        "b": "gpu-intent-system/gi-2",
+        "d": "gpu-intent-system/gi-2",
+    }
+    assert later.creates == () and later.deletes == ()

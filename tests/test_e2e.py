@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections import defaultdict
 from decimal import Decimal
 from typing import Any
 
 from e2e_support import TRIGGERS_NS, Env, NodeClaimCount, eventually, settled
 
+from controller.decisions import PlanConfig
 from controller.model import ScaleUpStatus
+from controller.reconciler import Controller, ControllerConfig
+from controller.triggers import TriggerSettings
 from gpu_intent.demo import apply, default_examples, load_manifests
 from intent.contract import Intent, Source
 
@@ -265,6 +269,47 @@ async def test_the_pending_pod_informer_leaves_triggers_to_their_own(env: Env) -
         await eventually(triggers_cached, 10)
         pending = controller.cache.objects("pending-pods")
         assert pending and all(p["metadata"]["namespace"] != TRIGGERS_NS for p in pending)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_gathered_burst_gets_its_trigger_when_the_wait_ends_with_nothing_else_changing(
+    env: Env,
+) -> None:
+    """A burst's new pods wait ``gather_seconds`` for more of their group, told nothing
+    (`controller.plan._gathering`); then nothing else may change, and the trigger must
+    not wait for the resync period (30 s here): the pass asks to run again when the
+    wait ends (`Plan.wake`)."""
+    config = ControllerConfig(
+        plan=PlanConfig(
+            trigger=TriggerSettings(namespace=TRIGGERS_NS),
+            default_nodepool="gpu-standard",
+        ),
+        idle_seconds=0.02,
+        max_delay_seconds=0.2,
+        resync_seconds=30.0,
+    )
+    controller = Controller(env.kube, config, metrics=env.kube.metrics)
+    kai = [
+        doc
+        for doc in load_manifests(default_examples())
+        if doc["kind"] == "Pod" and doc["spec"].get("schedulerName") == "kai-scheduler"
+    ]
+    assert kai
+    task = asyncio.create_task(controller.run())
+    try:
+        await asyncio.wait_for(controller.ready.wait(), 5)
+        started = time.monotonic()
+        for doc in kai:
+            await apply(env.api, doc)
+
+        async def triggered() -> bool:
+            return bool(await env.pods(TRIGGERS_NS, "gpu-intent.io/trigger=true"))
+
+        await eventually(triggered, 10)
+        # at most 2 s of gathering (the default; whole seconds of creationTimestamp)
+        assert time.monotonic() - started < 5.0
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

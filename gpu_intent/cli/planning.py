@@ -30,7 +30,8 @@ def add_planning_flags(
     (overrides of the provider's), ``--binding-triggers``,
     ``--trigger-image``, ``--trigger-priority-class``, ``--trigger-deadline-seconds``,
     ``--placement`` (repeatable, applied after the layers' defaults), ``--cover-seconds``,
-    ``--cover-max-seconds``, ``--contest-seconds`` (seconds) and ``--max-triggers``.
+    ``--cover-max-seconds``, ``--contest-seconds``, ``--gather-seconds``,
+    ``--gather-max-seconds`` (seconds) and ``--max-triggers``.
     `plan_config` turns the parsed values into a ``PlanConfig``."""
     from controller.plan import PlanConfig
     from controller.triggers import TriggerSettings
@@ -159,6 +160,23 @@ def _add_cover_flags(parser: argparse.ArgumentParser, plan: PlanConfig) -> None:
         f"(0: never waits; default {plan.contest_seconds:g})",
     )
     parser.add_argument(
+        "--gather-seconds",
+        type=non_negative,
+        default=plan.gather_seconds,
+        metavar="SECONDS",
+        help="a burst's new pods get triggers once no new pod of their group came for this "
+        "long, as Karpenter batches (whole seconds of creationTimestamp: up to a second "
+        f"less; 0: at once; default {plan.gather_seconds:g})",
+    )
+    parser.add_argument(
+        "--gather-max-seconds",
+        type=non_negative,
+        default=plan.gather_max_seconds,
+        metavar="SECONDS",
+        help="the longest a burst's first new pod waits for the rest "
+        f"(default {plan.gather_max_seconds:g})",
+    )
+    parser.add_argument(
         "--max-triggers",
         type=non_negative_int,
         default=plan.max_triggers,
@@ -189,6 +207,8 @@ def plan_config(args: argparse.Namespace) -> PlanConfig:
         cover_seconds=args.cover_seconds,
         cover_max_seconds=args.cover_max_seconds,
         contest_seconds=args.contest_seconds,
+        gather_seconds=args.gather_seconds,
+        gather_max_seconds=args.gather_max_seconds,
         max_triggers=args.max_triggers,
         placement=placements_from(args.placement),
     )
