@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, cast
@@ -222,3 +223,22 @@ async def test_a_status_that_moves_on_while_queued_keeps_its_place_in_line() -> 
     assert first_name == "p0"
     shown = ScaleUpStatus.from_annotation(first[ANNOTATION_SCALE_UP])
     assert shown is not None and shown.phase == Phase.PROVISIONING
+
+
+async def test_a_status_the_pod_shows_already_is_not_written_again() -> None:
+    """The executor tells a trigger's pods ``Triggered`` once it exists; a pass planned
+    before that write landed tells them the same: written once, one Event."""
+    kube = FakeKube()
+    status_writer, cache, _ = writer(kube)
+    ref = pending(cache, "a", "17")
+    status_writer.queue([SetStatus(ref, TRIGGERED, told(TRIGGERED, "Triggered"))])
+    await status_writer.flush()
+    assert [c[0] for c in kube.calls] == ["annotate", "event"]
+    again = replace(TRIGGERED, message="trigger t asks, said again")
+    status_writer.queue([SetStatus(ref, again, told(again, "Triggered"))])
+    await status_writer.flush()
+    assert [c[0] for c in kube.calls] == ["annotate", "event"] and status_writer.dropped == 1
+    moved = ScaleUpStatus(Phase.TRIGGERED, "trigger t2 asks", "t2")
+    status_writer.queue([SetStatus(ref, moved, told(moved, "Triggered"))])
+    await status_writer.flush()
+    assert [c[0] for c in kube.calls] == ["annotate", "event"] * 2
