@@ -69,7 +69,8 @@ class PlanConfig:
         placement: where each GPU-sharing layer's pods can run
             (`controller.placement.Placements`, the layers' own defaults): a pod's trigger
             asks for such a node, and only NodePools that make one serve it.
-        gather_seconds, gather_max_seconds: a group's new pods (no status yet) get no
+        gather_seconds, gather_max_seconds: a group's new pods (no status yet, and that
+            Karpenter cannot provision for by itself, `controller.plan._new_pod`) get no
             new trigger while the group's newest pod is younger than ``gather_seconds``,
             for at most ``gather_max_seconds`` from its oldest new pod's creation: a
             burst is packed whole, not pass by pass as its pods arrive (Karpenter's

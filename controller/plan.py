@@ -560,8 +560,13 @@ def _fill(
 
 
 def _new_pod(pod: PendingPod) -> bool:
-    """A pod told nothing yet whose creation time is known: one a burst brings."""
-    return pod.status is None and pod.created is not None
+    """A pod a burst brings that may wait for the rest of it: told nothing yet, its
+    creation time known, and one Karpenter cannot provision for by itself
+    (``unsimulatable``). Karpenter sees a KAI pod of annotations only as a CPU pod: its
+    own batch (1 s idle) closes without the trigger and buys a node for it alone, where
+    a trigger made at once is packed with it (the sim's Karpenter bought a T4 node for a
+    memory-only pod so)."""
+    return pod.status is None and pod.created is not None and bool(pod.unsimulatable)
 
 
 def _gathering(
@@ -578,7 +583,7 @@ def _gathering(
     ``creationTimestamp`` make the wait up to a second shorter. Pure."""
     if config.gather_seconds <= 0:
         return None
-    created = [p.created for p in pods if p.created is not None and p.status is None]
+    created = [p.created for p in pods if p.created is not None and _new_pod(p)]
     if not created:
         return None
     end = min(

@@ -65,8 +65,8 @@ from intent.quantity import parse_quantity
 #: into a pod Karpenter rejects (Project-HAMi/HAMi pkg/scheduler/webhook.go).
 HAMI_IGNORE_LABEL = "hami.io/webhook"
 HAMI_IGNORE_VALUE = "ignore"
-#: Longest ``serves`` annotation we write: it is informational, the pods' own
-#: annotations are the record.
+#: Longest ``serves`` annotation we write: the pods' own annotations are the record;
+#: until those are written a pod stays with the trigger this names (`controller.plan._stay`).
 MAX_SERVES_CHARS = 1024
 
 

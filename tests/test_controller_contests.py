@@ -291,6 +291,8 @@ def test_kai_pods_of_no_model_gathered_or_waiting_for_a_coming_node_hold_others_
     tf = tf_pod("tf", "l40s")
     fresh = kai_memory_pod("kai-mem", 20000)
     fresh["metadata"]["creationTimestamp"] = stamp(NOW)  # a burst still arriving
+    # selecting a label no NodePool defines, Karpenter cannot buy for it alone
+    fresh["spec"]["nodeSelector"] = {"nvidia.com/gpu.present": "true"}
     gathering = plan(snapshot([fresh, tf]), CONFIG)
     assert created_for(gathering) == set() and held(gathering, "tf") is not None
     # a node Karpenter launched for others, whose own pods went elsewhere, has room

@@ -1326,11 +1326,13 @@ def hami_pod(
     created: str = T0,
     status_annotation: str | None = None,
 ) -> dict[str, Any]:
-    """A pending HAMi pod of ``gpus`` vGPUs of ``gpumem`` MiB on an A10G (22,888 MiB)."""
+    """A pending HAMi pod of ``gpus`` vGPUs of ``gpumem`` MiB on an A10G (22,888 MiB),
+    asking them as HAMi's resources (which Karpenter cannot simulate)."""
     extra = {"gpu-intent.io/gpu-memory": str(gpumem), "gpu-intent.io/model-memory": "22888"}
+    asks = {"nvidia.com/gpu": str(gpus), "nvidia.com/gpumem": str(gpumem)}
     return gpu_pod(
         name, str(gpus), model=model, source=("hami:nvidia.com/gpumem", "hami:nvidia.com/use-gputype"),
-        extra_annotations=extra, created=created, status_annotation=status_annotation,
+        extra_annotations=extra, resources={"limits": asks}, created=created, status_annotation=status_annotation,
     )  # fmt: skip
 
 
@@ -1364,6 +1366,11 @@ def test_a_bursts_new_pods_are_gathered_then_packed_whole() -> None:
     stream = [*smalls, *pairs]
     stream[0] = hami_pod("small-0", gpumem=6000, model="a10g", created=at(10))
     assert plan(snapshot(stream, pools=HAMI_POOLS), config).creates
+    # pods Karpenter provisions as CPU pods (no resource it cannot simulate) do not
+    # wait: its own batch would buy them a node without the trigger
+    plain = [gpu_pod(f"q{i}", "0.25", model="l4", created=at(0)) for i in range(4)]
+    assert plain[0]["spec"]["containers"][0]["resources"] == {}
+    assert plan(snapshot(plain), config).creates
     # pods told something before do not wait; nor does anything with gathering off
     told = ScaleUpStatus(TRIGGERED, "gone", "gpu-intent-system/gi-x", None, None, T0)
     again = [
