@@ -99,7 +99,7 @@ class Env:
         )
         return list((await response.json())["items"])
 
-    def controller(self, **plan: Any) -> Controller:
+    def controller(self, *, resync_seconds: float = 0.5, **plan: Any) -> Controller:
         config = ControllerConfig(
             plan=PlanConfig(
                 trigger=TriggerSettings(namespace=TRIGGERS_NS),
@@ -108,7 +108,7 @@ class Env:
             ),
             idle_seconds=0.02,
             max_delay_seconds=0.2,
-            resync_seconds=0.5,
+            resync_seconds=resync_seconds,
         )
         # The controller counts on the registry its API adapter counts API errors on, as
         # the command wires them (one registry per controller).

@@ -12,10 +12,7 @@ from typing import Any
 
 from e2e_support import TRIGGERS_NS, Env, NodeClaimCount, eventually, settled
 
-from controller.decisions import PlanConfig
 from controller.model import ScaleUpStatus
-from controller.reconciler import Controller, ControllerConfig
-from controller.triggers import TriggerSettings
 from gpu_intent.demo import apply, default_examples, load_manifests
 from intent.contract import Intent, Source
 
@@ -281,16 +278,7 @@ async def test_a_gathered_burst_gets_its_trigger_when_the_wait_ends_with_nothing
     (`controller.plan._gathering`); then nothing else may change, and the trigger must
     not wait for the resync period (30 s here): the pass asks to run again when the
     wait ends (`Plan.wake`)."""
-    config = ControllerConfig(
-        plan=PlanConfig(
-            trigger=TriggerSettings(namespace=TRIGGERS_NS),
-            default_nodepool="gpu-standard",
-        ),
-        idle_seconds=0.02,
-        max_delay_seconds=0.2,
-        resync_seconds=30.0,
-    )
-    controller = Controller(env.kube, config, metrics=env.kube.metrics)
+    controller = env.controller(resync_seconds=30.0)
     kai = [
         doc
         for doc in load_manifests(default_examples())
