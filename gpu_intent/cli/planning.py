@@ -164,7 +164,8 @@ def _add_cover_flags(parser: argparse.ArgumentParser, plan: PlanConfig) -> None:
         type=non_negative,
         default=plan.gather_seconds,
         metavar="SECONDS",
-        help="a burst's new pods get triggers once no new pod of their group came for this "
+        help="a burst's new pods that Karpenter cannot provision by itself get triggers once "
+        "no new pod of their group came for this "
         "long, as Karpenter batches (whole seconds of creationTimestamp: up to a second "
         f"less; 0: at once; default {plan.gather_seconds:g})",
     )
