@@ -410,9 +410,19 @@ class TriggerCapacity:
     """Spare GPUs of a group's triggers, handed out in priority order: `take` gives the
     first trigger (in ``supply`` order) with at least that many spare GPUs. Triggers are
     bucketed by spare GPUs (a few distinct values), so each take costs O(distinct spare
-    sizes x log triggers) instead of a scan of every trigger."""
+    sizes x log triggers) instead of a scan of every trigger.
 
-    def __init__(self, supply: Sequence[TriggerInfo]) -> None:
+    ``claims`` (aligned with ``supply``, None where a trigger is linked to no NodeClaim)
+    pools the spare of the triggers linked to one NodeClaim: their GPUs are distinct
+    cards of one node (Karpenter nominated each trigger to it), so a bin no single
+    trigger has room for takes theirs together (`take`, `take_from` with ``pooled``).
+    Seen on the real Karpenter: HAMi bound the pods of four 1-GPU triggers of a
+    ``g5.12xlarge`` elsewhere, and a pod of two vGPUs that needed 2 of its 4 spare GPUs
+    got a trigger of its own, whose node came up empty."""
+
+    def __init__(
+        self, supply: Sequence[TriggerInfo], claims: Sequence[str | None] | None = None
+    ) -> None:
         self._supply = supply
         self._buckets: dict[int, list[int]] = defaultdict(list)  # spare -> heap of indices
         #: Spare GPUs per trigger; a bucket entry whose spare no longer matches is stale
@@ -420,6 +430,17 @@ class TriggerCapacity:
         self._spare = [trigger.gpus for trigger in supply]
         for index, trigger in enumerate(supply):
             self._buckets[trigger.gpus].append(index)  # indices ascend: already heaps
+        #: The indices of the triggers linked to each NodeClaim (two or more), in
+        #: ``supply`` order, and the NodeClaim of each such index.
+        self._siblings: dict[str, list[int]] = {}
+        self._claim_of: dict[int, str] = {}
+        if claims is not None:
+            linked: dict[str, list[int]] = defaultdict(list)
+            for index, claim in enumerate(claims):
+                if claim is not None:
+                    linked[claim].append(index)
+            self._siblings = {c: ix for c, ix in linked.items() if len(ix) > 1}
+            self._claim_of = {i: c for c, ix in self._siblings.items() for i in ix}
 
     def _head(self, spare: int) -> int | None:
         """The first live index of bucket ``spare`` (stale entries dropped)."""
@@ -437,7 +458,9 @@ class TriggerCapacity:
 
     def take(self, gpus: int) -> TriggerInfo | None:
         """The first trigger (in ``supply`` order) with at least ``gpus`` spare GPUs, its
-        spare reduced by them; None when none has."""
+        spare reduced by them; else the first trigger with spare of the first NodeClaim
+        whose triggers have that many together (``claims``), their spare reduced, its
+        own first; None when none has."""
         best: tuple[int, int] | None = None  # (index, spare)
         for spare in list(self._buckets):
             if spare < gpus:
@@ -446,6 +469,10 @@ class TriggerCapacity:
             if head is not None and (best is None or head < best[0]):
                 best = (head, spare)
         if best is None:
+            for indices in sorted(self._siblings.values()):
+                holder = next((i for i in indices if self._spare[i] > 0), None)
+                if holder is not None and self._pool(holder, gpus):
+                    return self._supply[holder]
             return None
         index, spare = best
         heapq.heappop(self._buckets[spare])
@@ -456,9 +483,27 @@ class TriggerCapacity:
         """The spare GPUs trigger ``supply[index]`` has left."""
         return self._spare[index]
 
-    def take_from(self, index: int, gpus: int) -> bool:
-        """Take ``gpus`` spare GPUs of trigger ``supply[index]`` itself, if it has them."""
-        if self._spare[index] < gpus:
+    def take_from(self, index: int, gpus: int, *, pooled: bool = False) -> bool:
+        """Take ``gpus`` spare GPUs of trigger ``supply[index]`` itself, if it has them;
+        with ``pooled``, what it lacks of the other triggers linked to its NodeClaim,
+        in ``supply`` order, if they have it."""
+        if self._spare[index] >= gpus:
+            self._move(index, gpus)
+            return True
+        return pooled and self._pool(index, gpus)
+
+    def _pool(self, index: int, gpus: int) -> bool:
+        """Take ``gpus`` spare GPUs of trigger ``index`` and, for what it lacks, of the
+        other triggers linked to its NodeClaim, if together they have them."""
+        claim = self._claim_of.get(index)
+        if claim is None:
             return False
-        self._move(index, gpus)
+        others = [i for i in self._siblings[claim] if i != index]
+        if self._spare[index] + sum(self._spare[i] for i in others) < gpus:
+            return False
+        for i in (index, *others):
+            part = min(gpus, self._spare[i])
+            if part:
+                self._move(i, part)
+                gpus -= part
         return True

@@ -525,7 +525,7 @@ def _fill(
     live trigger serves, by trigger."""
     work.demand[key] = sum((gpu_need(p.intent) for p in work.groups.get(key, [])), Decimal(0))
     served: dict[PodRef, list[Bin]] = defaultdict(list)
-    capacity = TriggerCapacity(supply)
+    capacity = _capacity(work, supply)
     left = _place_own(work, key, supply, capacity, served)
     work.kept.update((t.ref, capacity.spare(i)) for i, t in enumerate(supply))
     gathering = _gathering(snapshot, config, work.groups.get(key, []))
@@ -654,9 +654,16 @@ def _own_spare(work: _Pass, key: GroupKey, supply: Sequence[TriggerInfo]) -> lis
     group's own pods are placed as `_fill` places them (`_place_own`). Pure: nothing is
     told or bought. Withdrawing the group's unlinked triggers (`_withdraw`) leaves its
     linked ones' spare as it is: their pods go to the linked ones first either way."""
-    capacity = TriggerCapacity(supply)
+    capacity = _capacity(work, supply)
     _place_own(work, key, supply, capacity, defaultdict(list))
     return [capacity.spare(i) for i in range(len(supply))]
+
+
+def _capacity(work: _Pass, supply: Sequence[TriggerInfo]) -> TriggerCapacity:
+    """The spare GPUs of ``supply`` (a group's live triggers), pooled by the NodeClaim
+    each is linked to (``work.claim_of``; `controller.packing.TriggerCapacity`)."""
+    claims = [c.name if (c := work.claim_of[t.ref]) is not None else None for t in supply]
+    return TriggerCapacity(supply, claims)
 
 
 def _place_own(
@@ -731,13 +738,22 @@ def _stay(
     stayed: list[Bin] = []
 
     def keep(indices: list[int]) -> None:
+        # Each trigger's own GPUs first; then what a bin lacks of the other triggers
+        # linked to its NodeClaim, once their own staying pods are placed.
+        short: list[tuple[int, Bin]] = []
         for index in indices:
             for bin_ in pack(stay[index]):
                 if capacity.take_from(index, bin_.size):
                     served[supply[index].ref].append(bin_)
                     stayed.append(bin_)
                 else:
-                    rest.extend(bin_.pods)
+                    short.append((index, bin_))
+        for index, bin_ in short:
+            if capacity.take_from(index, bin_.size, pooled=True):
+                served[supply[index].ref].append(bin_)
+                stayed.append(bin_)
+            else:
+                rest.extend(bin_.pods)
 
     keep(sorted(i for i in stay if i in linked))
     unlinked = sorted(i for i in stay if i not in linked)
@@ -983,7 +999,7 @@ def _tell_progress(
         )
     else:
         used = sum((b.used for b in bins), Decimal(0))
-        why = Provisioning.of(claim, trigger, used, len(pods))
+        why = Provisioning.of(claim, trigger, used, len(pods), sum(b.size for b in bins))
     for pod in pods:
         work.tell(pod, why)
 

@@ -369,12 +369,20 @@ class Provisioning:
 
     @classmethod
     def of(
-        cls, claim: NodeClaimInfo, trigger: TriggerInfo, used: Decimal, pods: int
+        cls,
+        claim: NodeClaimInfo,
+        trigger: TriggerInfo,
+        used: Decimal,
+        pods: int,
+        gpus: int | None = None,
     ) -> Provisioning:
         """The reason for the ``pods`` pods (using ``used`` GPUs) of ``trigger``, linked
-        to ``claim``."""
+        to ``claim``; ``gpus``: the GPUs their bins hold when more than the trigger's
+        (spare GPUs of other triggers linked to ``claim`` pooled,
+        `controller.packing.TriggerCapacity`)."""
         itype = claim.labels.get(INSTANCE_TYPE_LABEL)
-        return cls(claim.name, itype, str(trigger.ref), trigger.gpus, used, pods)
+        held = max(trigger.gpus, gpus or 0)
+        return cls(claim.name, itype, str(trigger.ref), held, used, pods)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1405,3 +1405,49 @@ def test_pods_stay_with_the_trigger_made_for_them_before_their_status_is_written
         "d": "gpu-intent-system/gi-2",
     }
     assert later.creates == () and later.deletes == ()
+
+
+def test_a_nodeclaims_spare_gpus_take_a_bin_across_its_triggers() -> None:
+    """Real run 15: a `g5.12xlarge` was bought for four 1-GPU triggers of HAMi's pods;
+    HAMi bound their pods to the first A10G node Ready, and the pod of two 10000 MiB
+    vGPUs that lost its room there needed 2 GPUs. No single trigger had 2 spare, so a
+    new one bought a fifth node, which came up empty. A bin takes the spare GPUs of
+    several triggers linked to one NodeClaim (distinct cards of one node), and its pod
+    stays there in the passes after."""
+    pair = hami_pod("pair", gpumem=10000, model="a10g", gpus=2)
+    first = plan(snapshot([hami_pod("x", gpumem=6000, model="a10g")], pools=HAMI_POOLS), CONFIG)
+    t1 = live_trigger(first, name="gi-t1", node_claim="nc-1")
+    t2 = live_trigger(first, name="gi-t2", node_claim="nc-1")
+    claim = launched_claim("nc-1", "a10g", gpus=2, marked=["gi-t1", "gi-t2"])
+    result = plan(snapshot([pair], pools=HAMI_POOLS, triggers=[t1, t2], claims=[claim]), CONFIG)
+    assert (result.creates, result.deletes) == ((), ())
+    [told] = result.statuses
+    assert (told.status.phase, told.status.node_claim) == (PROVISIONING, "nc-1")
+    assert "(2 GPU, 0.87 used by 1 pod(s))" in told.status.message, told.status.message
+    # told so, it stays: no new trigger, nothing new to tell
+    stayed = parse_pending_pod(
+        hami_pod("pair", gpumem=10000, model="a10g", gpus=2,
+                 status_annotation=told.status.to_annotation()),
+        frozenset(),
+    )  # fmt: skip
+    assert stayed is not None
+    # even beside a trigger of 2 spare GPUs of its own on another NodeClaim
+    pairs = plan(snapshot([pair], pools=HAMI_POOLS), CONFIG)
+    t4 = live_trigger(pairs, name="gi-t4", node_claim="nc-4")
+    four = launched_claim("nc-4", "a10g", gpus=2, marked=["gi-t4"])
+    snap = snapshot([], pools=HAMI_POOLS, triggers=[t1, t2, t4], claims=[claim, four])
+    again = plan(replace(snap, pods=[stayed]), CONFIG)
+    assert (again.creates, again.deletes, again.statuses) == ((), (), ())
+    # a trigger's own pods come first: with gi-t2's pod pending, the pair does not fit
+    own_status = ScaleUpStatus(PROVISIONING, "m", "gpu-intent-system/gi-t2", "nc-1")
+    own = hami_pod("own", gpumem=6000, model="a10g", status_annotation=own_status.to_annotation())
+    crowded = plan(
+        snapshot([own, pair], pools=HAMI_POOLS, triggers=[t1, t2], claims=[claim]), CONFIG
+    )
+    assert [sorted(r.name for r in c.serves) for c in crowded.creates] == [["pair"]]
+    # triggers of two NodeClaims do not pool: one spare GPU on each is no room for 2
+    t3 = live_trigger(first, name="gi-t3", node_claim="nc-2")
+    other = launched_claim("nc-2", "a10g", gpus=1, marked=["gi-t3"])
+    one = launched_claim("nc-1", "a10g", gpus=1, marked=["gi-t1"])
+    apart = plan(snapshot([pair], pools=HAMI_POOLS, triggers=[t1, t3], claims=[one, other]), CONFIG)
+    assert [c.gpus for c in apart.creates] == [2]
