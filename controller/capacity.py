@@ -302,21 +302,35 @@ def place_on_free(
     free: Mapping[str, Room],
     claims: Mapping[str, NodeClaimInfo],
     profile: ProviderProfile,
+    own: Mapping[tuple[str, str], str] | None = None,
 ) -> tuple[list[PendingPod], list[tuple[PendingPod, NodeClaimInfo]]]:
     """Place the group's pods on the free room of `fresh` NodeClaims (``free``, from
     `held_covers`; what is placed is taken out of it): largest need first
     (`controller.packing.gpu_need`), first NodeClaim by name that hosts the pod
     (`claim_hosts`) and has room for it (`Room.take`: a HAMi pod of two 10000 MiB vGPUs
-    fits two A10Gs with half their memory free, not only two free GPUs). Returns the
-    pods left to plan and the (pod, NodeClaim) placements. Which NodeClaims host a pod
-    is asked once per node selector and required affinity among ``pods``: a group's
-    pods mostly share them, and a pass of a 1,000-pod burst asked `claim_hosts` for
-    every pod and NodeClaim (625,000 calls, the planner's largest cost)."""
+    fits two A10Gs with half their memory free, not only two free GPUs). ``own``: the
+    NodeClaim of ``free`` each pod's trigger is linked to, by pod (namespace, name);
+    those pods take its room first, largest first, and are left to plan (with their
+    trigger) where it holds them. Returns the pods left to plan and the (pod,
+    NodeClaim) placements. Which NodeClaims host a pod is asked once per node
+    selector and required affinity among ``pods``: a group's pods mostly share them,
+    and a pass of a 1,000-pod burst asked `claim_hosts` for every pod and NodeClaim
+    (625,000 calls, the planner's largest cost)."""
     left: list[PendingPod] = []
     placed: list[tuple[PendingPod, NodeClaimInfo]] = []
     names = sorted(free)
     hosts: dict[tuple[object, object], list[str]] = {}
-    for pod, need in largest_need_first(pods):
+    ordered = largest_need_first(pods)
+    if own:
+        rest: list[tuple[PendingPod, Decimal]] = []
+        for pod, need in ordered:
+            mine = own.get((pod.ref.namespace, pod.ref.name))
+            if mine is not None and mine in free and free[mine].take(pod.intent, need):
+                left.append(pod)
+            else:
+                rest.append((pod, need))
+        ordered = rest
+    for pod, need in ordered:
         shape = (pod.node_selector, pod.affinity_terms)
         if (hosting := hosts.get(shape)) is None:
             hosting = hosts[shape] = [n for n in names if claim_hosts(claims[n], key, pod, profile)]

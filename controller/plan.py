@@ -256,9 +256,9 @@ def plan(snapshot: Snapshot, config: PlanConfig) -> Plan:
         live=[t for t in snapshot.triggers if not t.deleting],
     )
     free = _classify(snapshot, config, work)
+    _link_and_mark(snapshot, work)
     _place_on_free(snapshot, config, work, free)
     _report_scheduled(snapshot, work)
-    _link_and_mark(snapshot, work)
     _failures(snapshot, config, work)
     _allocate(snapshot, config, work)
     return work.to_plan(_node_labels(snapshot, work.live))
@@ -334,7 +334,13 @@ def _place_on_free(
     """Classify, continued: the pods of each group that fit the free GPUs of a Ready
     NodeClaim (``free``; `controller.capacity.place_on_free`, which takes what it places
     out of ``free``) leave their group and are told ``NodeReady``: the capacity is there
-    already, so their scheduler is left to use it."""
+    already, so their scheduler is left to use it. The pods of a live trigger linked to
+    such a NodeClaim (``work.claim_of``) take its GPUs first and stay with their trigger
+    (`_settle` tells them ``NodeReady`` and covers them as it deletes the trigger): the
+    NodeClaim was bought for them (`_own_claims`)."""
+    if not free:
+        return
+    own = _own_claims(work, free)
     for key in sorted(work.groups, key=GroupKey.sort_key):
         if free:
             work.groups[key], placed = place_on_free(
@@ -343,9 +349,42 @@ def _place_on_free(
                 free,
                 snapshot.nodeclaims,
                 config.trigger.profile,
+                own,
             )
             for pod, host in placed:
                 work.tell(pod, FreeGpus.of(host))
+
+
+def _own_claims(work: _Pass, free: Mapping[str, Room]) -> dict[tuple[str, str], str]:
+    """The NodeClaim in ``free`` (Ready, with room) that each pending pod's trigger is
+    linked to, by pod (namespace, name): the trigger its status names, or, told
+    nothing yet, the one made for it (`TriggerInfo.serves`), as `_stay` keeps pods.
+    Seen on the real Karpenter (run 16): the first of three A10G NodeClaims turned
+    Ready while its triggers were live, its GPUs went to the largest pending pods,
+    two of them planned on the NodeClaims still coming, and the pods it was bought for
+    lost their room; a fourth node was bought for them and came up empty."""
+    linked = {
+        str(t.ref): claim.name
+        for t in work.live
+        if (claim := work.claim_of.get(t.ref)) is not None and claim.name in free
+    }
+    if not linked:
+        return {}
+    own: dict[tuple[str, str], str] = {}
+    for trigger in work.live:
+        name = linked.get(str(trigger.ref))
+        if name is not None:
+            own.update((pod, name) for pod in trigger.serves)
+    for pods in work.groups.values():
+        for pod in pods:
+            told = pod.status.trigger if pod.status is not None else None
+            key = (pod.ref.namespace, pod.ref.name)
+            if told is not None:
+                if told in linked:
+                    own[key] = linked[told]
+                else:
+                    own.pop(key, None)  # told of another trigger since
+    return own
 
 
 def _report_scheduled(snapshot: Snapshot, work: _Pass) -> None:

@@ -1451,3 +1451,43 @@ def test_a_nodeclaims_spare_gpus_take_a_bin_across_its_triggers() -> None:
     one = launched_claim("nc-1", "a10g", gpus=1, marked=["gi-t1"])
     apart = plan(snapshot([pair], pools=HAMI_POOLS, triggers=[t1, t3], claims=[one, other]), CONFIG)
     assert [c.gpus for c in apart.creates] == [2]
+
+
+def test_a_ready_nodeclaims_own_pods_take_its_gpus_before_other_pods() -> None:
+    """Real run 16: the first of three A10G NodeClaims turned Ready while its trigger
+    was still live. Its free GPUs went to the largest pending pods first, among them
+    pods planned on the two NodeClaims still coming, and the pods its trigger was
+    bought for lost their room: told NodeReady there, their covers overran it, and a
+    fourth node was bought that came up empty. The pods of a trigger linked to a Ready
+    NodeClaim take its GPUs first (they are told NodeReady and covered as it is
+    deleted); other pods get what they leave."""
+    told_t1 = ScaleUpStatus(PROVISIONING, "m", "gpu-intent-system/gi-t1", "nc-1").to_annotation()
+    told_t3 = ScaleUpStatus(PROVISIONING, "m", "gpu-intent-system/gi-t3", "nc-2").to_annotation()
+    own = [
+        hami_pod("pair", gpumem=10000, model="a10g", gpus=2, status_annotation=told_t1),
+        *(hami_pod(f"small-{i}", gpumem=6000, model="a10g", status_annotation=told_t1)
+          for i in range(4)),
+    ]  # fmt: skip
+    mids = [
+        hami_pod(f"mid-{i}", gpumem=7951, model="a10g", status_annotation=told_t3) for i in range(2)
+    ]
+    t1 = live_trigger(plan(snapshot(own[:1], pools=HAMI_POOLS), CONFIG), name="gi-t1")
+    t1["metadata"]["annotations"]["gpu-intent.io/nodeclaim"] = "nc-1"
+    t3 = live_trigger(plan(snapshot(mids, pools=HAMI_POOLS), CONFIG), name="gi-t3")
+    t3["metadata"]["annotations"]["gpu-intent.io/nodeclaim"] = "nc-2"
+    ready = nodeclaim("nc-1", "gpu-standard", gpus=2, model="a10g", ready=True, node="n1",
+                      marked=["gi-t1"])  # fmt: skip
+    ready["status"]["capacity"] = {"nvidia.com/gpu": "2"}
+    ready["metadata"]["labels"].update(
+        {"karpenter.k8s.aws/instance-gpu-name": "a10g", "gpu": "on",
+         "karpenter.k8s.aws/instance-gpu-memory": "24576"}
+    )  # fmt: skip
+    coming = launched_claim("nc-2", "a10g", gpus=1, marked=["gi-t3"])
+    snap = snapshot([*own, *mids], pools=HAMI_POOLS, triggers=[t1, t3], claims=[ready, coming])
+    result = plan(snap, CONFIG)
+    assert result.creates == ()
+    told = {s.ref.name: (s.status.phase, s.status.node_claim) for s in result.statuses}
+    assert told == {p["metadata"]["name"]: (NODE_READY, "nc-1") for p in own}, told
+    [deleted] = result.deletes
+    assert (deleted.ref.name, deleted.node_claim) == ("gi-t1", "nc-1")
+    assert sorted(r.name for r in deleted.cover) == sorted(p["metadata"]["name"] for p in own)
