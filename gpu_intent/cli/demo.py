@@ -19,7 +19,7 @@ def add_parser(commands: Subcommands) -> argparse.ArgumentParser:
         "demo",
         "run the end-to-end story on an embedded simulated cluster",
         "Start a simulated cluster (kube-apiserver, kube-scheduler, Karpenter, kubelets)"
-        " in this process with the webhook and the controller, apply the examples and"
+        " in a child process, the webhook and the controller in this one, apply the examples and"
         " print what happens to every pod, the NodeClaims bought and their cost.",
         add_arguments,
     )

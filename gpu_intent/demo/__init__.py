@@ -1,7 +1,8 @@
-"""``gpu-intent demo``: the whole story on an embedded simulated cluster, in one process.
+"""``gpu-intent demo``: the whole story on an embedded simulated cluster.
 
-It starts the sim (API server over HTTPS, scheduler, kubelet, Karpenter), the real
-webhook over HTTPS and the real controller (talking to the sim through kubernetes_asyncio
+It starts the sim (API server over HTTPS, scheduler, kubelet, Karpenter) in a process
+of its own (`sim.process`: its own core, as a real control plane has its own machines),
+and in the demo's process the real webhook over HTTPS and the real controller (talking to the sim through kubernetes_asyncio
 and a kubeconfig, exactly as to a real cluster), applies an examples directory (default
 ``examples/``, installed as ``gpu_intent.examples``), prints a live timeline and final
 tables. The directory holds Namespaces, NodePools, Pods, DRA ResourceClaims and

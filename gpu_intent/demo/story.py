@@ -59,8 +59,8 @@ from intent.kube import (
 )
 from intent.retry import retrying
 from intent.text import usd_for_people
-from sim.cluster import SimCluster
 from sim.nodeclaims import EKS_TIMINGS, KarpenterTimings
+from sim.process import SimProcess
 from sim.providers import catalog_for
 from sim.scheduler import ScoringStrategy
 from webhook import server as webhook_server
@@ -231,7 +231,9 @@ async def run_demo(
     with tempfile.TemporaryDirectory(prefix="gpu-intent-demo-") as tmp:
         work = Path(tmp)
         tls = write_tls_files(work / "webhook", ["localhost"], ["127.0.0.1"])
-        async with SimCluster(
+        # The sim in a process of its own (its own core, `sim.process`); the webhook,
+        # the controller and the demo's watches here.
+        async with SimProcess(
             work / "cluster", karpenter=karpenter, provider=provider, kube_scoring=kube_scoring
         ) as cluster:
             runner = await webhook_server.start(
@@ -299,7 +301,7 @@ class _Story:
         await apply(api, webhook_configuration(f"https://127.0.0.1:{port}/mutate", ca_pem))
 
     async def run(
-        self, cluster: SimCluster, ca_pem: bytes, port: int
+        self, cluster: SimProcess, ca_pem: bytes, port: int
     ) -> tuple[int, dict[str, Any]]:
         text = self.text
         print(
