@@ -51,6 +51,7 @@ from controller.reasons import (
     Scheduled,
     SelectorLabelUnknown,
     SelectorNotAdmitted,
+    Settling,
     StatusReason,
     TaintRefused,
     TooManyGpus,
@@ -297,6 +298,12 @@ def hold_text(why: Hold) -> str:
                 "nodes, has GPUs free for this pod once it is Ready; buying only if it "
                 f"comes up without room, at the latest at {until:%H:%M:%S}"
             )
+        case Settling(claims=claims, until=until):
+            return (
+                f"Ready NodeClaims {', '.join(claims)} have the GPUs in all for this pod and "
+                "the others left without room; their scheduler is still placing pods; "
+                f"buying only if it places none here, at the latest at {until:%H:%M:%S}"
+            )
         case _:
             assert_never(why)
 
@@ -383,5 +390,6 @@ _HOLD: Final = (
     RateLimited,
     Contested,
     ComingUp,
+    Settling,
 )
 _FAILURE: Final = (PoolAtLimits, ClaimDeleted, ClaimNotReady)

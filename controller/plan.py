@@ -104,7 +104,7 @@ from controller.model import (
     TriggerInfo,
 )
 from controller.nodes import NodeClaimInfo, NodeInfo, NodePoolInfo, Nomination
-from controller.packing import Bin, TriggerCapacity, gpu_need, pack
+from controller.packing import Bin, TriggerCapacity, gpu_need, gpu_use, pack
 from controller.pools import PoolResolver, resolve_pool
 from controller.reasons import (
     ClaimReady,
@@ -121,6 +121,7 @@ from controller.reasons import (
     Provisioning,
     RateLimited,
     Scheduled,
+    Settling,
     StatusReason,
     TooManyGpus,
     Triggered,
@@ -212,6 +213,9 @@ class _Pass:
     #: The room of NodeClaims Karpenter launched for other pods that is no pending
     #: pod's (`_coming_up`), computed on first need; what held bins take is taken out.
     coming: dict[str, Room] | None = None
+    #: The room `fresh` NodeClaims have left once covers and this pass's placements on
+    #: free GPUs took theirs (`_place_on_free`), by name: what `_settling` weighs.
+    free: dict[str, Room] = field(default_factory=dict)
     #: The earliest time a decision of this pass changes with time alone (`Plan.wake`).
     wake: datetime | None = None
 
@@ -338,6 +342,7 @@ def _place_on_free(
     such a NodeClaim (``work.claim_of``) take its GPUs first and stay with their trigger
     (`_settle` tells them ``NodeReady`` and covers them as it deletes the trigger): the
     NodeClaim was bought for them (`_own_claims`)."""
+    work.free = free
     if not free:
         return
     own = _own_claims(work, free)
@@ -568,6 +573,7 @@ def _fill(
     left = _place_own(work, key, supply, capacity, served)
     work.kept.update((t.ref, capacity.spare(i)) for i, t in enumerate(supply))
     gathering = _gathering(snapshot, config, work.groups.get(key, []))
+    settling = _settling(snapshot, config, work, key, left, supply, served)
     for bin_ in left:
         if _borrow(config, work, key, bin_):
             if key.model is None:
@@ -586,7 +592,7 @@ def _fill(
                     Contest(key, min(p.created or snapshot.now for p in bin_.pods))
                 )
             continue
-        hold = _held_back(snapshot, config, work, key, bin_)
+        hold = settling or _held_back(snapshot, config, work, key, bin_)
         if hold is not None:
             if session_any and isinstance(hold, ComingUp):
                 # waiting for a node on its way, which they will take as a trigger's
@@ -596,6 +602,57 @@ def _fill(
             continue
         work.creates.append(_new_trigger(snapshot, config, work, key, bin_))
     return served
+
+
+def _settling(
+    snapshot: Snapshot,
+    config: PlanConfig,
+    work: _Pass,
+    key: GroupKey,
+    left: Sequence[Bin],
+    supply: Sequence[TriggerInfo],
+    served: Mapping[PodRef, Sequence[Bin]],
+) -> Settling | None:
+    """Whether group ``key``'s bins no trigger had room for (``left``) wait for the
+    `fresh` NodeClaims that host all their pods (`controller.capacity.claim_hosts`)
+    because those have, in all, the GPUs the pods need (`controller.packing.gpu_use`)
+    once covers and this pass's placements took theirs (``work.free``), counting also
+    the pods of the group's triggers linked to them, about to be covered. None when
+    they do not, or none hosts them. Pure.
+
+    The room of each card (`controller.capacity.Room`) was judged with each covered
+    pod on the NodeClaim it was told of, but its scheduler places pods on any node they
+    fit. Seen on the real Karpenter (run 18): HAMi bound the oldest pods of a burst to
+    the first A10G node Ready, bought for others; the pods of two 10000 MiB vGPUs
+    covered there lost their room while the three nodes held all of the burst, and a
+    fourth was bought that came up empty. A pod that truly fits nowhere waits until the
+    first of those NodeClaims stops being fresh (`controller.capacity.fresh`)."""
+    if not left or not work.free:
+        return None
+    profile = config.trigger.profile
+    pods = [pod for bin_ in left for pod in bin_.pods]
+    hosts = [
+        name
+        for name in sorted(work.free)
+        if all(claim_hosts(snapshot.nodeclaims[name], key, pod, profile) for pod in pods)
+    ]
+    if not hosts:
+        return None
+    need = sum((gpu_use(pod.intent) for pod in pods), Decimal(0))
+    going = set(hosts)
+    for trigger in supply:
+        claim = work.claim_of[trigger.ref]
+        if claim is not None and claim.name in going:
+            need += sum((gpu_use(p.intent) for b in served.get(trigger.ref, ()) for p in b.pods),
+                        Decimal(0))  # fmt: skip
+    if need > sum((work.free[name].total for name in hosts), Decimal(0)):
+        return None
+    ready = [snapshot.nodeclaims[name].ready_since for name in hosts]
+    until = min(r for r in ready if r is not None) + timedelta(seconds=config.cover_seconds)
+    if snapshot.now >= until:
+        return None
+    work.wake_at(until)
+    return Settling(tuple(hosts), until)
 
 
 def _new_pod(pod: PendingPod) -> bool:

@@ -203,8 +203,28 @@ class ComingUp:
     until: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class Settling:
+    """The NodeClaims ``claims`` (Ready within a cover, hosting the group's pods) have
+    in all the GPUs the group's pods left without room need: their scheduler is still
+    placing pods, on other cards than planned (`controller.plan._settling`). The wait
+    lasts at most until ``until``, when the first of them stops being fresh."""
+
+    claims: tuple[str, ...]
+    until: datetime
+
+
 #: Why a new trigger waits: its pods are told ``Waiting``.
-Hold = Cooldown | TooManyGpus | TriggerLimit | PoolTriggerLimit | RateLimited | Contested | ComingUp
+Hold = (
+    Cooldown
+    | TooManyGpus
+    | TriggerLimit
+    | PoolTriggerLimit
+    | RateLimited
+    | Contested
+    | ComingUp
+    | Settling
+)
 
 # --- why a trigger failed ------------------------------------------------------------
 

@@ -55,6 +55,7 @@ from controller.reasons import (
     Scheduled,
     SelectorLabelUnknown,
     SelectorNotAdmitted,
+    Settling,
     StatusReason,
     TaintRefused,
     TooManyGpus,
@@ -175,6 +176,12 @@ CASES: list[tuple[Reason, str]] = [
         "Karpenter's NodeClaim gpu-standard-x7k2p, launched for other pods that went to other "
         "nodes, has GPUs free for this pod once it is Ready; buying only if it comes up "
         "without room, at the latest at 12:02:00",
+    ),
+    (
+        Settling(("gpu-hami-a", "gpu-hami-b"), datetime(2026, 11, 21, 12, 1, tzinfo=UTC)),
+        "Ready NodeClaims gpu-hami-a, gpu-hami-b have the GPUs in all for this pod and the "
+        "others left without room; their scheduler is still placing pods; buying only if it "
+        "places none here, at the latest at 12:01:00",
     ),
     # why a trigger failed
     (

@@ -45,7 +45,7 @@ from controller.nodes import (
 )
 from controller.packing import Bin, best_fit_decreasing, largest_need_first, pack
 from controller.plan import link_claims, native_reserved, plan
-from controller.reasons import ComingUp, HeldBack
+from controller.reasons import ComingUp, HeldBack, Settling
 from controller.triggers import TriggerSettings, condition_patch, trigger_name, trigger_pod
 
 NOW = datetime(2026, 11, 21, 12, 0, 5, tzinfo=UTC)
@@ -1475,13 +1475,7 @@ def test_a_ready_nodeclaims_own_pods_take_its_gpus_before_other_pods() -> None:
     t1["metadata"]["annotations"]["gpu-intent.io/nodeclaim"] = "nc-1"
     t3 = live_trigger(plan(snapshot(mids, pools=HAMI_POOLS), CONFIG), name="gi-t3")
     t3["metadata"]["annotations"]["gpu-intent.io/nodeclaim"] = "nc-2"
-    ready = nodeclaim("nc-1", "gpu-standard", gpus=2, model="a10g", ready=True, node="n1",
-                      marked=["gi-t1"])  # fmt: skip
-    ready["status"]["capacity"] = {"nvidia.com/gpu": "2"}
-    ready["metadata"]["labels"].update(
-        {"karpenter.k8s.aws/instance-gpu-name": "a10g", "gpu": "on",
-         "karpenter.k8s.aws/instance-gpu-memory": "24576"}
-    )  # fmt: skip
+    ready = ready_a10g("nc-1", "n1", marked=["gi-t1"])
     coming = launched_claim("nc-2", "a10g", gpus=1, marked=["gi-t3"])
     snap = snapshot([*own, *mids], pools=HAMI_POOLS, triggers=[t1, t3], claims=[ready, coming])
     result = plan(snap, CONFIG)
@@ -1491,3 +1485,49 @@ def test_a_ready_nodeclaims_own_pods_take_its_gpus_before_other_pods() -> None:
     [deleted] = result.deletes
     assert (deleted.ref.name, deleted.node_claim) == ("gi-t1", "nc-1")
     assert sorted(r.name for r in deleted.cover) == sorted(p["metadata"]["name"] for p in own)
+
+
+def ready_a10g(name: str, node: str, *, marked: Sequence[str] = ("gi-old",)) -> dict[str, Any]:
+    """A Ready NodeClaim of HAMi's pool (label ``gpu: on``) with two A10Gs, Ready since
+    T0 and bought for ``marked``."""
+    claim = nodeclaim(name, "gpu-standard", gpus=2, model="a10g", ready=True, node=node,
+                      marked=marked)  # fmt: skip
+    claim["status"]["capacity"] = {"nvidia.com/gpu": "2"}
+    claim["metadata"]["labels"].update(
+        {"karpenter.k8s.aws/instance-gpu-name": "a10g", "gpu": "on",
+         "karpenter.k8s.aws/instance-gpu-memory": "24576"}
+    )  # fmt: skip
+    return claim
+
+
+def test_pods_left_without_room_wait_while_ready_nodeclaims_hold_them_in_all() -> None:
+    """Real run 18: HAMi bound the oldest pods of a burst to the first A10G node Ready,
+    though they were bought for on others; the covers of the pods bought for there ran
+    over its cards, and the pod of two 10000 MiB vGPUs left without room got a new
+    trigger, whose node came up empty, while the Ready nodes held the whole burst. Its
+    cards judged pod by pod on the NodeClaim each was told of, no card has its share;
+    in all, the fresh NodeClaims have it: the pod waits (`Settling`) for as long as
+    they are fresh, then buys."""
+    nc1, nc2 = ready_a10g("nc-1", "n1"), ready_a10g("nc-2", "n2")
+    smalls = [hami_pod(f"small-{i}", gpumem=6000, model="a10g") for i in range(4)]
+    mids = [hami_pod(f"mid-{i}", gpumem=7951, model="a10g") for i in range(2)]
+    pair = hami_pod("pair", gpumem=10000, model="a10g", gpus=2)
+    early, late = NOW - timedelta(seconds=3), NOW - timedelta(seconds=2)
+    covers = {("ml", f"small-{i}"): ("nc-1" if i < 2 else "nc-2", early) for i in range(4)}
+    covers |= {("ml", "mid-0"): ("nc-2", early), ("ml", "mid-1"): ("nc-2", early)}
+    covers[("ml", "pair")] = ("nc-1", late)
+    # two pods of 7951 MiB planned elsewhere were bound to nc-1's node
+    used = {"n1": Decimal(2 * 7951) / Decimal(22888)}
+    base = snapshot([*smalls, *mids, pair], pools=HAMI_POOLS, claims=[nc1, nc2])
+    snap = replace(base, covers=covers, used=used)
+    result = plan(snap, CONFIG)
+    assert result.creates == ()
+    until = datetime(2026, 11, 21, 12, 1, tzinfo=UTC)  # Ready at T0, + cover_seconds
+    assert [(s.ref.name, s.why) for s in result.statuses] == [
+        ("pair", HeldBack(Settling(("nc-1", "nc-2"), until)))
+    ]
+    assert result.wake == until
+    # once they are no longer fresh, or hold too little in all, it buys
+    assert [c.gpus for c in plan(replace(snap, now=until), CONFIG).creates] == [2]
+    busy = plan(replace(snap, used={**used, "n2": Decimal(1)}), CONFIG)
+    assert "pair" in {r.name for c in busy.creates for r in c.serves}, busy.creates
