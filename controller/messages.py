@@ -299,8 +299,9 @@ def hold_text(why: Hold) -> str:
                 f"comes up without room, at the latest at {until:%H:%M:%S}"
             )
         case Settling(claims=claims, until=until):
+            named = ", ".join(claims[:3]) + (f" and {len(claims) - 3} more" if claims[3:] else "")
             return (
-                f"Ready NodeClaims {', '.join(claims)} have the GPUs in all for this pod and "
+                f"Ready NodeClaims {named} have the GPUs in all for this pod and "
                 "the others left without room; their scheduler is still placing pods; "
                 f"buying only if it places none here, at the latest at {until:%H:%M:%S}"
             )

@@ -183,6 +183,14 @@ CASES: list[tuple[Reason, str]] = [
         "others left without room; their scheduler is still placing pods; buying only if it "
         "places none here, at the latest at 12:01:00",
     ),
+    (
+        Settling(
+            tuple(f"gpu-hami-{c}" for c in "abcde"), datetime(2026, 11, 21, 12, 1, tzinfo=UTC)
+        ),
+        "Ready NodeClaims gpu-hami-a, gpu-hami-b, gpu-hami-c and 2 more have the GPUs in all "
+        "for this pod and the others left without room; their scheduler is still placing "
+        "pods; buying only if it places none here, at the latest at 12:01:00",
+    ),
     # why a trigger failed
     (
         PoolAtLimits("gpu-standard", "all available instance types exceed limits for nodepool"),
