@@ -104,7 +104,7 @@ from controller.model import (
     TriggerInfo,
 )
 from controller.nodes import NodeClaimInfo, NodeInfo, NodePoolInfo, Nomination
-from controller.packing import Bin, TriggerCapacity, gpu_need, gpu_use, pack
+from controller.packing import Bin, TriggerCapacity, gpu_need, gpu_use, pack, spread_demand
 from controller.pools import PoolResolver, resolve_pool
 from controller.reasons import (
     ClaimReady,
@@ -617,8 +617,12 @@ def _settling(
     `fresh` NodeClaims that host all their pods (`controller.capacity.claim_hosts`)
     because those have, in all, the GPUs the pods need (`controller.packing.gpu_use`)
     once covers and this pass's placements took theirs (``work.free``), counting also
-    the pods of the group's triggers linked to them, about to be covered. None when
-    they do not, or none hosts them. Pure.
+    the pods of the group's triggers linked to them, about to be covered. Only for
+    HAMi's pods (`controller.packing.spread_demand`), whose room is judged card by card:
+    other pods' room is judged in all on each NodeClaim, and in all across NodeClaims
+    is no room (the 1,000-pod mix's tensor-fusion pods waited 48 s on 22 one-GPU L40S
+    nodes whose free shares each held none of them). None when they do not, or none
+    hosts them. Pure.
 
     The room of each card (`controller.capacity.Room`) was judged with each covered
     pod on the NodeClaim it was told of, but its scheduler places pods on any node they
@@ -633,6 +637,8 @@ def _settling(
         return None
     profile = config.trigger.profile
     pods = [pod for bin_ in left for pod in bin_.pods]
+    if not all(spread_demand(pod.intent) is not None for pod in pods):
+        return None  # room counted in all per NodeClaim (`Room`): no card pins it
     hosts = [
         name
         for name in sorted(work.free)
