@@ -1,6 +1,6 @@
 """The simulated cluster in a process of its own: ``python -m sim.process`` serves a
 `SimCluster` until its stdin closes (or SIGTERM), and `SimProcess` starts one and stops
-it as an async context manager.
+it (`sim_process` as an async context manager).
 
 Why: the demo runs the webhook, the controller and its own watches in its process; with
 the sim beside them on one event loop, the 1,000-pod mix was CPU-bound on one core (the
@@ -21,8 +21,8 @@ import json
 import logging
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
-from types import TracebackType
 from typing import Final, get_args
 
 from sim.cluster import SimCluster
@@ -53,16 +53,34 @@ def parse_timings(text: str) -> KarpenterTimings:
     return KarpenterTimings(**{k: float(v) for k, v in values.items()})
 
 
+@contextlib.asynccontextmanager
+async def sim_process(
+    workdir: Path,
+    *,
+    karpenter: KarpenterTimings | None = None,
+    provider: str = "aws",
+    kube_scoring: ScoringStrategy = "LeastAllocated",
+) -> AsyncIterator[SimProcess]:
+    """A started `SimProcess` (arguments as it takes them), stopped on exit."""
+    sim = SimProcess(workdir, karpenter=karpenter, provider=provider, kube_scoring=kube_scoring)
+    await sim.start()
+    try:
+        yield sim
+    finally:
+        await sim.stop()
+
+
 class SimProcess:
-    """A `SimCluster` in a child process (``python -m sim.process``), started on entry and
-    stopped on exit: ``url``, ``kubeconfig`` and ``kube_scoring`` as `SimCluster` has them.
+    """A `SimCluster` in a child process (``python -m sim.process``), started by `start`
+    and stopped by `stop` (`sim_process` does both): ``url``, ``kubeconfig`` and
+    ``kube_scoring`` as `SimCluster` has them.
 
     Args:
         workdir: where the child writes the kubeconfig; its stderr goes to
             ``workdir/sim.log``.
         karpenter, provider, kube_scoring: as `SimCluster` takes them.
 
-    Raises (on entry) RuntimeError when the child exits or does not serve within
+    `start` raises RuntimeError when the child exits or does not serve within
     `START_SECONDS`; the log's last lines say why."""
 
     def __init__(
@@ -82,7 +100,8 @@ class SimProcess:
         self.log_path = workdir / "sim.log"
         self._proc: asyncio.subprocess.Process | None = None
 
-    async def __aenter__(self) -> SimProcess:
+    async def start(self) -> None:
+        """Start the child and wait until it serves. Raises RuntimeError (see the class)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as err:
             self._proc = await asyncio.create_subprocess_exec(
@@ -97,22 +116,13 @@ class SimProcess:
         except TimeoutError:
             line = b""
         if not line:
-            await self._stop()
+            await self.stop()
             tail = self.log_path.read_text(errors="replace").strip().splitlines()[-5:]
             raise RuntimeError(f"the simulated cluster did not start: {' | '.join(tail)}")
         ready = json.loads(line)
         self.url, self.kubeconfig = ready["url"], Path(ready["kubeconfig"])
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self._stop()
-
-    async def _stop(self) -> None:
+    async def stop(self) -> None:
         """Close the child's stdin (it stops its components and exits); SIGKILL after
         `STOP_SECONDS`."""
         proc = self._proc

@@ -9,7 +9,7 @@ from kubernetes_asyncio import client
 
 from intent.kube import NODEPOOLS, Kube, load_configuration
 from sim.nodeclaims import EKS_TIMINGS, KarpenterTimings
-from sim.process import SimProcess, parse_timings, timings_json
+from sim.process import parse_timings, sim_process, timings_json
 
 
 def test_timings_cross_to_the_child_as_json_and_bad_ones_are_refused() -> None:
@@ -22,8 +22,9 @@ def test_timings_cross_to_the_child_as_json_and_bad_ones_are_refused() -> None:
 
 
 async def test_the_child_serves_the_api_and_exits_when_the_context_ends(tmp_path: Path) -> None:
-    sim = SimProcess(tmp_path / "cluster", provider="gcp", kube_scoring="MostAllocated")
-    async with sim:
+    async with sim_process(
+        tmp_path / "cluster", provider="gcp", kube_scoring="MostAllocated"
+    ) as sim:
         assert sim.url.startswith("https://127.0.0.1:")
         kube = Kube(client.ApiClient(configuration=await load_configuration(str(sim.kubeconfig))))
         try:
@@ -38,5 +39,5 @@ async def test_the_child_serves_the_api_and_exits_when_the_context_ends(tmp_path
 
 async def test_a_child_that_cannot_start_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match=r"the simulated cluster did not start: .*nowhere"):
-        async with SimProcess(tmp_path / "cluster", provider="nowhere"):
+        async with sim_process(tmp_path / "cluster", provider="nowhere"):
             pass

@@ -60,7 +60,7 @@ from intent.kube import (
 from intent.retry import retrying
 from intent.text import usd_for_people
 from sim.nodeclaims import EKS_TIMINGS, KarpenterTimings
-from sim.process import SimProcess
+from sim.process import SimProcess, sim_process
 from sim.providers import catalog_for
 from sim.scheduler import ScoringStrategy
 from webhook import server as webhook_server
@@ -233,7 +233,7 @@ async def run_demo(
         tls = write_tls_files(work / "webhook", ["localhost"], ["127.0.0.1"])
         # The sim in a process of its own (its own core, `sim.process`); the webhook,
         # the controller and the demo's watches here.
-        async with SimProcess(
+        async with sim_process(
             work / "cluster", karpenter=karpenter, provider=provider, kube_scoring=kube_scoring
         ) as cluster:
             runner = await webhook_server.start(
