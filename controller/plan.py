@@ -632,7 +632,7 @@ def _settling(
     fourth was bought that came up empty. A pod that truly fits nowhere waits until the
     first of those NodeClaims stops being fresh (`controller.capacity.fresh`): ending
     the wait 10 s after the last bind (kube-scheduler's ``podMaxBackoffSeconds``) left a
-    HAMi node empty in one of two runs of the sim's 1,000-pod mix."""
+    HAMi node empty in both of two runs of the sim's 1,000-pod mix."""
     if not left or not work.free:
         return None
     profile = config.trigger.profile
