@@ -211,6 +211,11 @@ def _scheduled(why: Scheduled) -> str:
     return message
 
 
+def _few(names: tuple[str, ...]) -> str:
+    """At most three of ``names``, comma-separated, then "and N more"."""
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if names[3:] else "")
+
+
 def _offer(advertised: tuple[tuple[str, str], ...]) -> str:
     """``volcano.sh/vgpu-memory=91936, volcano.sh/vgpu-number=40``: what a device plugin
     advertises, as `controller.nodes.advertised` reads it."""
@@ -298,8 +303,10 @@ def hold_text(why: Hold) -> str:
                 "nodes, has GPUs free for this pod once it is Ready; buying only if it "
                 f"comes up without room, at the latest at {until:%H:%M:%S}"
             )
-        case Settling(claims=claims, until=until):
-            named = ", ".join(claims[:3]) + (f" and {len(claims) - 3} more" if claims[3:] else "")
+        case Settling(claims=claims, until=until, coming=coming):
+            named = _few(claims)
+            if coming:
+                named += f", with {_few(coming)} on the way,"
             return (
                 f"Ready NodeClaims {named} have the GPUs in all for this pod and "
                 "the others left without room; their scheduler is still placing pods; "

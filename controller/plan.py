@@ -615,13 +615,15 @@ def _settling(
 ) -> Settling | None:
     """Whether group ``key``'s bins no trigger had room for (``left``) wait for the
     `fresh` NodeClaims that host all their pods (`controller.capacity.claim_hosts`)
-    because those have, in all, the GPUs the pods need (`controller.packing.gpu_use`)
-    once covers and this pass's placements took theirs (``work.free``), counting also
-    the pods of the group's triggers linked to them, about to be covered. Only for
-    HAMi's pods (`controller.packing.spread_demand`), whose room is judged card by card:
-    other pods' room is judged in all on each NodeClaim, and in all across NodeClaims
-    is no room (the 1,000-pod mix's tensor-fusion pods waited 48 s on 22 one-GPU L40S
-    nodes whose free shares each held none of them). None when they do not, or none
+    and the NodeClaims on their way that the group's triggers are linked to, because
+    those have, in all, the GPUs the pods need (`controller.packing.gpu_use`): a Ready
+    one its room once covers and this pass's placements took theirs (``work.free``),
+    one on its way the GPUs the group's triggers bought there; counting also the pods
+    of the group's triggers linked to any of them. Only for HAMi's pods
+    (`controller.packing.spread_demand`), whose room is judged card by card: other
+    pods' room is judged in all on each NodeClaim, and in all across NodeClaims is no
+    room (the 1,000-pod mix's tensor-fusion pods waited 48 s on 22 one-GPU L40S nodes
+    whose free shares each held none of them). None when they do not, or no Ready one
     hosts them. Pure.
 
     The room of each card (`controller.capacity.Room`) was judged with each covered
@@ -629,10 +631,14 @@ def _settling(
     fit. Seen on the real Karpenter (run 18): HAMi bound the oldest pods of a burst to
     the first A10G node Ready, bought for others; the pods of two 10000 MiB vGPUs
     covered there lost their room while the three nodes held all of the burst, and a
-    fourth was bought that came up empty. A pod that truly fits nowhere waits until the
-    first of those NodeClaims stops being fresh (`controller.capacity.fresh`): ending
-    the wait 10 s after the last bind (kube-scheduler's ``podMaxBackoffSeconds``) left a
-    HAMi node empty in both of two runs of the sim's 1,000-pod mix."""
+    fourth was bought that came up empty. And (run 22): the first node Ready took pods
+    planned on the third, still on its way; its triggers kept a few small pods each,
+    no whole GPU spare, and the two pods of two vGPUs left bought a fourth node within
+    a second, which came up empty as the third held them. A pod that truly fits
+    nowhere waits until the first of the Ready ones stops being fresh
+    (`controller.capacity.fresh`): ending the wait 10 s after the last bind
+    (kube-scheduler's ``podMaxBackoffSeconds``) left a HAMi node empty in both of two
+    runs of the sim's 1,000-pod mix."""
     if not left or not work.free:
         return None
     profile = config.trigger.profile
@@ -646,21 +652,33 @@ def _settling(
     ]
     if not hosts:
         return None
+    # GPUs the group's triggers bought on each NodeClaim on its way that hosts the pods
+    coming: dict[str, int] = defaultdict(int)
+    for trigger in supply:
+        claim = work.claim_of[trigger.ref]
+        if (
+            claim is not None
+            and not claim.ready
+            and trigger.ref not in work.failures
+            and (claim.name in coming or all(claim_hosts(claim, key, pod, profile) for pod in pods))
+        ):
+            coming[claim.name] += trigger.gpus
     need = sum((gpu_use(pod.intent) for pod in pods), Decimal(0))
-    going = set(hosts)
+    going = set(hosts) | set(coming)
     for trigger in supply:
         claim = work.claim_of[trigger.ref]
         if claim is not None and claim.name in going:
             need += sum((gpu_use(p.intent) for b in served.get(trigger.ref, ()) for p in b.pods),
                         Decimal(0))  # fmt: skip
-    if need > sum((work.free[name].total for name in hosts), Decimal(0)):
+    room = sum((work.free[name].total for name in hosts), Decimal(0)) + sum(coming.values())
+    if need > room:
         return None
     ready = [r for name in hosts if (r := snapshot.nodeclaims[name].ready_since) is not None]
     until = min(ready) + timedelta(seconds=config.cover_seconds)
     if snapshot.now >= until:
         return None
     work.wake_at(until)
-    return Settling(tuple(hosts), until)
+    return Settling(tuple(hosts), until, tuple(sorted(coming)))
 
 
 def _new_pod(pod: PendingPod) -> bool:

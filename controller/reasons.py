@@ -205,13 +205,15 @@ class ComingUp:
 
 @dataclass(frozen=True, slots=True)
 class Settling:
-    """The NodeClaims ``claims`` (Ready within a cover, hosting the group's pods) have
-    in all the GPUs the group's pods left without room need: their scheduler is still
-    placing pods, on other cards than planned (`controller.plan._settling`). The wait
-    lasts at most until ``until``, when the first of them stops being fresh."""
+    """The NodeClaims ``claims`` (Ready within a cover, hosting the group's pods), with
+    ``coming`` (on their way, bought for the group's triggers), have in all the GPUs
+    the group's pods left without room need: their scheduler is still placing pods, on
+    other cards than planned (`controller.plan._settling`). The wait lasts at most
+    until ``until``, when the first of ``claims`` stops being fresh."""
 
     claims: tuple[str, ...]
     until: datetime
+    coming: tuple[str, ...] = ()
 
 
 #: Why a new trigger waits: its pods are told ``Waiting``.

@@ -191,6 +191,12 @@ CASES: list[tuple[Reason, str]] = [
         "for this pod and the others left without room; their scheduler is still placing "
         "pods; buying only if it places none here, at the latest at 12:01:00",
     ),
+    (
+        Settling(("gpu-hami-a",), datetime(2026, 11, 21, 12, 1, tzinfo=UTC), ("gpu-hami-c",)),
+        "Ready NodeClaims gpu-hami-a, with gpu-hami-c on the way, have the GPUs in all for "
+        "this pod and the others left without room; their scheduler is still placing pods; "
+        "buying only if it places none here, at the latest at 12:01:00",
+    ),
     # why a trigger failed
     (
         PoolAtLimits("gpu-standard", "all available instance types exceed limits for nodepool"),

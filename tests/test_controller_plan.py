@@ -1533,6 +1533,42 @@ def test_pods_left_without_room_wait_while_ready_nodeclaims_hold_them_in_all() -
     assert "pair" in {r.name for c in busy.creates for r in c.serves}, busy.creates
 
 
+def test_pods_left_without_room_count_the_nodeclaims_on_their_way_too() -> None:
+    """Real run 22: the first A10G node Ready took pods planned on the third, still on
+    its way; the third's triggers kept a small pod each, no whole GPU spare, and the
+    pod of two 10000 MiB vGPUs left bought a fourth node within a second, which came
+    up empty: the third held it. The GPUs the group's triggers bought on a NodeClaim
+    on its way count with the Ready ones' room, less the pods of those triggers."""
+    nc1 = ready_a10g("nc-1", "n1")
+    coming = launched_claim("nc-2", "a10g", gpus=2, marked=["gi-t1", "gi-t2"])
+    coming["metadata"]["labels"].update(
+        {"gpu": "on", "karpenter.k8s.aws/instance-gpu-memory": "24576"}
+    )
+    gone = ScaleUpStatus(PROVISIONING, "m", "gpu-intent-system/gi-gone", "nc-9")
+    pair = hami_pod("pair", gpumem=10000, model="a10g", gpus=2,
+                    status_annotation=gone.to_annotation())  # fmt: skip
+    first = plan(snapshot([hami_pod("x", gpumem=6000, model="a10g")], pools=HAMI_POOLS), CONFIG)
+    smalls, triggers = [], []
+    for i in (1, 2):
+        told = ScaleUpStatus(PROVISIONING, "m", f"gpu-intent-system/gi-t{i}", "nc-2")
+        smalls.append(hami_pod(f"small-{i}", gpumem=6000, model="a10g",
+                               status_annotation=told.to_annotation()))  # fmt: skip
+        triggers.append(live_trigger(first, name=f"gi-t{i}", node_claim="nc-2"))
+    used = {"n1": Decimal("1.5")}  # half a card free on nc-1: no room for the pair
+    snap = snapshot([pair, *smalls], pools=HAMI_POOLS, triggers=triggers, claims=[nc1, coming])
+    result = plan(replace(snap, used=used), CONFIG)
+    assert result.creates == ()
+    until = datetime(2026, 11, 21, 12, 1, tzinfo=UTC)  # nc-1 Ready at T0, + cover_seconds
+    held = {s.ref.name: s.why for s in result.statuses if s.ref.name == "pair"}
+    assert held == {"pair": HeldBack(Settling(("nc-1",), until, ("nc-2",)))}
+    # the same triggers not linked yet: nothing is on its way for the group, it buys
+    for trigger in triggers:
+        del trigger["metadata"]["annotations"]["gpu-intent.io/nodeclaim"]
+    unlinked = snapshot([pair, *smalls], pools=HAMI_POOLS, triggers=triggers, claims=[nc1])
+    bought = plan(replace(unlinked, used=used), CONFIG)
+    assert [sorted(r.name for r in c.serves) for c in bought.creates] == [["pair"]]
+
+
 def test_pods_counted_in_all_per_nodeclaim_do_not_wait_for_room_split_across_nodeclaims() -> None:
     """`Settling` is for HAMi's pods, whose room is judged card by card. Other pods'
     room is judged in all on each NodeClaim, and room split over NodeClaims is none: in
