@@ -477,7 +477,8 @@ def _allocate(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> None:
     """Allocate (module doc, 2, 3 and 7): group by group (KAI's first, of no model first,
     then in `GroupKey.sort_key` order), the group's demand is bought (`_fill`: bins into the
     spare GPUs of its live triggers, most progressed first, then those KAI's other groups
-    lend, else new triggers within the caps); once every group is, each live trigger is
+    lend, else new triggers within the caps; pods that borrowed a trigger's spare stay
+    with it first, `_stay_borrowed`); once every group is, each live trigger is
     settled (`_settle`: failed, unneeded, or its pods, its own group's and borrowers',
     told its progress). What KAI's groups buy joins ``work.contests``."""
     work.budget = config.max_triggers - len(work.live) - snapshot.live_elsewhere
@@ -499,11 +500,14 @@ def _allocate(snapshot: Snapshot, config: PlanConfig, work: _Pass) -> None:
             by_group.get(key, []),
             key=lambda t: (-_progress(work.claim_of[t.ref]), t.created or datetime.min, t.ref),
         )
+    # Pods that borrowed a trigger of another of KAI's groups stay with it before any
+    # group borrows afresh.
+    own = {k: _stay_borrowed(snapshot, config, work, k, work.groups.get(k, [])) for k in keys}
     filled: list[tuple[list[TriggerInfo], dict[PodRef, list[Bin]]]] = []
     for key in keys:
         supply = _withdraw(snapshot, config, work, key, work.supplies[key])
         created = len(work.creates)
-        filled.append((supply, _fill(snapshot, config, work, key, supply)))
+        filled.append((supply, _fill(snapshot, config, work, key, supply, own[key])))
         if is_session(key, config.placement):
             work.contests.extend(of_create(c, snapshot.now) for c in work.creates[created:])
     # Settled once every group is filled: a group after may borrow a trigger's spare.
@@ -559,8 +563,10 @@ def _fill(
     work: _Pass,
     key: GroupKey,
     supply: Sequence[TriggerInfo],
+    pods: Sequence[PendingPod],
 ) -> dict[PodRef, list[Bin]]:
-    """Allocate one group's demand: its pods' GPUs (``work.demand``) packed into bins
+    """Allocate one group's demand: its pods' GPUs (``work.demand``), less those staying
+    with a trigger they borrowed (``pods``: the rest, `_stay_borrowed`), packed into bins
     (`controller.packing.pack`), largest first, each placed into the spare GPUs of the
     group's live triggers (``supply``, in priority order) whatever their size, so a
     change in packing never replaces capacity already bought; a bin left over becomes a
@@ -570,7 +576,7 @@ def _fill(
     work.demand[key] = sum((gpu_need(p.intent) for p in work.groups.get(key, [])), Decimal(0))
     served: dict[PodRef, list[Bin]] = defaultdict(list)
     capacity = _capacity(work, supply)
-    left = _place_own(work, key, supply, capacity, served)
+    left = _place_own(work, key, supply, capacity, served, pods)
     work.kept.update((t.ref, capacity.spare(i)) for i, t in enumerate(supply))
     gathering = _gathering(snapshot, config, work.groups.get(key, []))
     settling = _settling(snapshot, config, work, key, left, supply, served)
@@ -745,6 +751,53 @@ def _borrow(config: PlanConfig, work: _Pass, key: GroupKey, bin_: Bin) -> bool:
     return False
 
 
+def _stay_borrowed(
+    snapshot: Snapshot,
+    config: PlanConfig,
+    work: _Pass,
+    key: GroupKey,
+    pods: Sequence[PendingPod],
+) -> Sequence[PendingPod]:
+    """Pods of KAI's group ``key`` told of a trigger of another KAI group they borrowed
+    the spare of (`_borrow`) stay with it while it still lends (`_lendable`: its
+    NodeClaim on its way, hosting them), as far as its spare holds their bins
+    (``work.borrowed``); returns the group's other pods, to be placed as usual. Borrowed
+    afresh each pass, they went to whichever lender came first with room, and as the
+    lenders' own pods came and went, they were told one trigger, then another, while
+    the first was still linked (real runs 25 and 26: 8 and 11 KAI L4 quarters)."""
+    if not is_session(key, config.placement):
+        return pods
+    told: dict[str, list[PendingPod]] = defaultdict(list)
+    for pod in pods:
+        trigger = pod.status.trigger if pod.status is not None else None
+        if trigger is not None:
+            told[trigger].append(pod)
+    if not told:
+        return pods
+    if work.lendable is None:
+        work.lendable = _lendable(config, work)
+    lenders = {
+        str(lend.trigger.ref): lend
+        for lend in work.lendable.get(key.pool, ())
+        if lend.trigger.group != key and str(lend.trigger.ref) in told
+    }
+    if not lenders:
+        return pods
+    profile = config.trigger.profile
+    kept: set[PodRef] = set()
+    for name, lend in sorted(lenders.items()):
+        for bin_ in pack(p for p in told[name] if claim_hosts(lend.claim, key, p, profile)):
+            if lend.spare < bin_.size:
+                continue
+            lend.spare -= bin_.size
+            work.borrowed[lend.trigger.ref].append(bin_)
+            kept.update(p.ref for p in bin_.pods)
+    if kept and key.model is None:
+        # as `_fill` does for a bin `_borrow` places: they take whatever node they fit
+        work.contests.append(Contest(key, snapshot.now))
+    return [p for p in pods if p.ref not in kept]
+
+
 def _lendable(config: PlanConfig, work: _Pass) -> dict[str, list[_Lend]]:
     """The triggers of KAI's groups whose NodeClaim is on its way, each with the GPUs
     its own group's pods leave spare, by NodePool, in the groups' order then the
@@ -794,12 +847,16 @@ def _place_own(
     supply: Sequence[TriggerInfo],
     capacity: TriggerCapacity,
     served: dict[PodRef, list[Bin]],
+    pods: Sequence[PendingPod] | None = None,
 ) -> list[Bin]:
-    """Place group ``key``'s pods in its live triggers' GPUs (``capacity`` over
-    ``supply``): staying pods first (`_stay`), then the bins packed, largest first, each
-    into the first trigger with room, whatever its size (``served``, by trigger).
-    Returns the bins no trigger had room for, largest first."""
-    pods, stayed = _stay(work, supply, work.groups.get(key, []), capacity, served)
+    """Place group ``key``'s pods (``pods``, by default all of the group's) in its live
+    triggers' GPUs (``capacity`` over ``supply``): staying pods first (`_stay`), then
+    the bins packed, largest first, each into the first trigger with room, whatever its
+    size (``served``, by trigger). Returns the bins no trigger had room for, largest
+    first."""
+    if pods is None:
+        pods = work.groups.get(key, [])
+    pods, stayed = _stay(work, supply, pods, capacity, served)
     left: list[Bin] = []
     for bin_ in sorted(pack(pods, into=stayed), key=lambda b: (-b.size, b.pods[0].ref)):
         holder = capacity.take(bin_.size)

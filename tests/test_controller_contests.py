@@ -13,6 +13,7 @@ from controller_fixtures import gpu_pod, nodeclaim
 from test_controller_plan import CONFIG, HAMI_POOLS, NOW, live_trigger, snapshot
 
 from controller.decisions import Plan
+from controller.model import PROVISIONING, ScaleUpStatus
 from controller.plan import plan
 from controller.reasons import Contested, HeldBack, Withdrawn
 from intent.contract import Intent, Source
@@ -280,6 +281,47 @@ def test_kai_fractions_take_the_spare_of_kai_memory_capacity_their_pods_left() -
     result = plan(snapshot([tf], triggers=[trigger], claims=[claim]), CONFIG)
     assert held(result, "tf-l4") is not None
     assert not [s for s in result.statuses if s.status.trigger == "gpu-intent-system/gi-mem"]
+
+
+def test_kai_fractions_stay_with_the_trigger_they_borrowed_while_it_lends() -> None:
+    """Real runs 25 and 26: borrowed afresh each pass, KAI's L4 quarters went to the first
+    lender with room, and as the lenders' own pods came and went they were told one
+    memory trigger, then another, while the first was still linked. A pod told of a
+    trigger it borrowed stays with it as long as its spare holds the pod."""
+    memory = kai_memory_pod("kai-mem", 20000)
+    made = plan(snapshot([memory]), CONFIG)
+    triggers = [live_trigger(made, name=f"gi-mem-{c}", node_claim=f"nc-{c}") for c in "ab"]
+    claims = []
+    for c in "ab":
+        claim = nodeclaim(f"nc-{c}", "gpu-standard", gpus=1)
+        claim["metadata"]["labels"].update(
+            {
+                "karpenter.k8s.aws/instance-gpu-name": "l4",
+                "karpenter.k8s.aws/instance-gpu-memory": "22888",
+            }
+        )
+        claims.append(claim)
+    fractions = [gpu_pod(f"kai-l4-{i}", "0.5", model="l4") for i in range(2)]
+    fresh = plan(snapshot(fractions, triggers=triggers, claims=claims), CONFIG)
+    assert {s.status.trigger for s in fresh.statuses} == {"gpu-intent-system/gi-mem-a"}
+    # told of gi-mem-b (the lenders' order changed since), they stay there
+    told_b = ScaleUpStatus(PROVISIONING, "m", "gpu-intent-system/gi-mem-b", "nc-b")
+    for obj in fractions:
+        obj["metadata"]["annotations"]["gpu-intent.io/scale-up"] = told_b.to_annotation()
+    stayed = plan(snapshot(fractions, triggers=triggers, claims=claims), CONFIG)
+    assert (stayed.creates, stayed.deletes, stayed.statuses) == ((), (), ())
+    # unless gi-mem-b's own pod needs its GPU again: then the spare of gi-mem-a takes them
+    served_b = copy.deepcopy(memory)
+    served_b["metadata"]["annotations"]["gpu-intent.io/scale-up"] = ScaleUpStatus(
+        PROVISIONING, "m", "gpu-intent-system/gi-mem-b", "nc-b"
+    ).to_annotation()
+    crowded = plan(snapshot([served_b, *fractions], triggers=triggers, claims=claims), CONFIG)
+    moved = {s.ref.name: s.status.trigger for s in crowded.statuses}
+    assert moved == {
+        "kai-l4-0": "gpu-intent-system/gi-mem-a",
+        "kai-l4-1": "gpu-intent-system/gi-mem-a",
+    }
+    assert created_for(crowded) == set()
 
 
 def test_kai_pods_of_no_model_gathered_or_waiting_for_a_coming_node_hold_others_back() -> None:
