@@ -60,6 +60,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Final
 
 from controller import statuses
 from controller.capacity import (
@@ -147,6 +148,15 @@ __all__ = [
     "plan",
     "time_sensitive",
 ]
+
+
+#: How long HAMi's pods left without room wait (`Settling`) after the last NodeClaim
+#: hosting them turned Ready, seconds: twice kube-scheduler's ``podMaxBackoffSeconds``
+#: (10 s, KubeSchedulerConfiguration v1, ``pkg/scheduler/apis/config/v1/defaults.go``).
+#: A Node's update moves the pods parked unschedulable to the backoff queue, each tried
+#: again at most that long after its last attempt (``scheduling_queue.go``); HAMi's
+#: scheduler is kube-scheduler with HAMi's extender.
+SETTLE_SECONDS: Final = 20.0
 
 
 @dataclass(slots=True)
@@ -640,11 +650,15 @@ def _settling(
     fourth was bought that came up empty. And (run 22): the first node Ready took pods
     planned on the third, still on its way; its triggers kept a few small pods each,
     no whole GPU spare, and the two pods of two vGPUs left bought a fourth node within
-    a second, which came up empty as the third held them. A pod that truly fits
-    nowhere waits until the first of the Ready ones stops being fresh
-    (`controller.capacity.fresh`): ending the wait 10 s after the last bind
-    (kube-scheduler's ``podMaxBackoffSeconds``) left a HAMi node empty in both of two
-    runs of the sim's 1,000-pod mix."""
+    a second, which came up empty as the third held them.
+
+    The wait ends `SETTLE_SECONDS` after the last of them turned Ready, none being on
+    its way: by then its scheduler has tried every pending pod with all of them Ready,
+    and room only shrinks while a burst binds; at the latest when the first of them
+    stops being fresh (`controller.capacity.fresh`). Waiting out the whole cover, a
+    pod that fit nowhere held the sim's 1,000-pod mix 60 s before it bought; ending
+    the wait 10 s after the last bind, NodeClaims on their way not counted, left a
+    HAMi node empty in both of two runs of it."""
     if not left or not work.free:
         return None
     profile = config.trigger.profile
@@ -681,6 +695,8 @@ def _settling(
         return None
     ready = [r for name in hosts if (r := snapshot.nodeclaims[name].ready_since) is not None]
     until = min(ready) + timedelta(seconds=config.cover_seconds)
+    if not coming:
+        until = min(until, max(ready) + timedelta(seconds=SETTLE_SECONDS))
     if snapshot.now >= until:
         return None
     work.wake_at(until)

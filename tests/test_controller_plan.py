@@ -1507,8 +1507,11 @@ def test_pods_left_without_room_wait_while_ready_nodeclaims_hold_them_in_all() -
     trigger, whose node came up empty, while the Ready nodes held the whole burst. Its
     cards judged pod by pod on the NodeClaim each was told of, no card has its share;
     in all, the fresh NodeClaims have it: the pod waits (`Settling`) for as long as
-    they are fresh, then buys."""
+    the schedulers have tried every pod with all of them Ready (`SETTLE_SECONDS` after
+    the last turned Ready), then buys."""
     nc1, nc2 = ready_a10g("nc-1", "n1"), ready_a10g("nc-2", "n2")
+    for condition in nc2["status"]["conditions"]:
+        condition["lastTransitionTime"] = "2026-11-21T12:00:03Z"  # Ready 3 s after nc-1
     smalls = [hami_pod(f"small-{i}", gpumem=6000, model="a10g") for i in range(4)]
     mids = [hami_pod(f"mid-{i}", gpumem=7951, model="a10g") for i in range(2)]
     pair = hami_pod("pair", gpumem=10000, model="a10g", gpus=2)
@@ -1522,12 +1525,13 @@ def test_pods_left_without_room_wait_while_ready_nodeclaims_hold_them_in_all() -
     snap = replace(base, covers=covers, used=used)
     result = plan(snap, CONFIG)
     assert result.creates == ()
-    until = datetime(2026, 11, 21, 12, 1, tzinfo=UTC)  # Ready at T0, + cover_seconds
+    until = datetime(2026, 11, 21, 12, 0, 23, tzinfo=UTC)  # nc-2 Ready + SETTLE_SECONDS
     assert [(s.ref.name, s.why) for s in result.statuses] == [
         ("pair", HeldBack(Settling(("nc-1", "nc-2"), until)))
     ]
     assert result.wake == until
-    # once they are no longer fresh, or hold too little in all, it buys
+    # once the schedulers have tried every pod with both Ready, or too little is left
+    # in all, it buys
     assert [c.gpus for c in plan(replace(snap, now=until), CONFIG).creates] == [2]
     busy = plan(replace(snap, used={**used, "n2": Decimal(1)}), CONFIG)
     assert "pair" in {r.name for c in busy.creates for r in c.serves}, busy.creates
@@ -1558,7 +1562,8 @@ def test_pods_left_without_room_count_the_nodeclaims_on_their_way_too() -> None:
     snap = snapshot([pair, *smalls], pools=HAMI_POOLS, triggers=triggers, claims=[nc1, coming])
     result = plan(replace(snap, used=used), CONFIG)
     assert result.creates == ()
-    until = datetime(2026, 11, 21, 12, 1, tzinfo=UTC)  # nc-1 Ready at T0, + cover_seconds
+    # one on its way: until nc-1 stops being fresh (Ready at T0, + cover_seconds)
+    until = datetime(2026, 11, 21, 12, 1, tzinfo=UTC)
     held = {s.ref.name: s.why for s in result.statuses if s.ref.name == "pair"}
     assert held == {"pair": HeldBack(Settling(("nc-1",), until, ("nc-2",)))}
     # the same triggers not linked yet: nothing is on its way for the group, it buys
