@@ -999,7 +999,7 @@ def _held_back(
 
 def _coming_up(snapshot: Snapshot, config: PlanConfig) -> dict[str, Room]:
     """The room, by NodeClaim name, of the NodeClaims Karpenter launched for pods other
-    than our triggers (no trigger's marker) that are not Ready yet: their GPUs
+    than our live triggers (no live trigger's marker) that are not Ready yet: their GPUs
     (`NodeClaimInfo.gpus`, the instance launched) less those of the pending native pods
     Karpenter nominated onto them (``snapshot.reserved``), spread over their cards
     (`controller.capacity.Room`); only those with some room, of a NodePool that makes
@@ -1013,14 +1013,19 @@ def _coming_up(snapshot: Snapshot, config: PlanConfig) -> dict[str, Room]:
     node bought for KAI's triggers, whose pods were bought a fifth T4 node that came up
     empty, as KAI took the native pods' nodes). Karpenter counts in-flight NodeClaims as
     capacity for the pods it provisions (pkg/controllers/provisioning/scheduling,
-    ``NewExistingNode`` for in-flight nodes); this is that count for sharing-layer pods."""
+    ``NewExistingNode`` for in-flight nodes); this is that count for sharing-layer pods.
+
+    One bought for triggers that are all gone counts too: Karpenter made it as the
+    trigger, no longer needed, was deleted (real run 29: nominated and deleted within
+    3 ms), and it comes up with no pod of its own."""
     passed = foreign_claims(
         snapshot.nominations.values(), snapshot.opted_in, config.trigger.namespace
     )
+    live = frozenset(t.ref.name for t in snapshot.triggers)
     room: dict[str, Room] = {}
     for claim in snapshot.nodeclaims.values():
         if (
-            claim.marked
+            claim.marked & live
             or claim.ready
             or claim.deleting
             or not claim.gpu_capacity

@@ -1295,9 +1295,17 @@ def test_pods_wait_for_gpus_a_launching_nodeclaim_has_that_its_own_pods_left() -
     assert [len(c.serves) for c in part.creates] == [4]
     waiting = [s for s in part.statuses if isinstance(s.why, HeldBack)]
     assert len(waiting) == 4
+    # one bought for a trigger since deleted as not needed holds them back as well
+    orphan = launched_claim("nc-9", "t4", marked=["gi-gone"])
+    assert not plan(snapshot(quarters, claims=[orphan]), CONFIG).creates
     # none of these holds anything back
+    mine = live_trigger(plan(snapshot(quarters[:1]), CONFIG), name="gi-mine")
+    bought = launched_claim("nc-9", "t4", marked=["gi-mine"])  # for a live trigger
+    assert [
+        len(c.serves)
+        for c in plan(snapshot(quarters, claims=[bought], triggers=[mine]), CONFIG).creates
+    ] == [4]  # gi-mine's GPU holds four; the other four are bought for
     for other in (
-        launched_claim("nc-9", "t4", marked=["gi-old"]),  # bought for our trigger
         launched_claim("nc-9", "l4"),  # another model
         launched_claim("nc-9", "t4", labelled=False),  # which GPU is not known yet
         {**coming, "metadata": {**coming["metadata"], "creationTimestamp": LONG_AGO}},
