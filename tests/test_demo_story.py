@@ -20,7 +20,7 @@ from gpu_intent.demo import apply, default_examples, run_demo
 from gpu_intent.demo.manifests import ExamplesError, opted_in, read_examples
 from gpu_intent.demo.progress import Counts, StoryProgress
 from gpu_intent.demo.report import PodRecord, Timeline
-from gpu_intent.demo.story import _story_problems, closed
+from gpu_intent.demo.story import CREATES_AT_ONCE, _create_pods, _story_problems, closed
 from intent.contract import INJECT_LABEL, INJECT_VALUE, Intent, Phase
 from intent.kube import Kube, load_configuration
 from sim import store as sim_store
@@ -144,6 +144,43 @@ async def test_a_device_class_is_applied_as_given_beside_the_drivers_defaults(
     assert classes["l4.example.com"] == DEVICE_CLASS["spec"]
     assert classes["gpu.nvidia.com"] == DEVICE_CLASS["spec"]
     assert "mig.nvidia.com" in classes
+
+
+def _pod(name: str, namespace: str = "ml") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+
+
+async def test_every_pod_is_created_and_a_refused_one_names_its_manifest(
+    tmp_path: Path,
+) -> None:
+    """The demo creates its pods `CREATES_AT_ONCE` at a time, as a workload controller
+    does (one by one, a 1,000-pod mix took 30 s to arrive). Every pod is created, and
+    one the API server refuses stops the rest with one error naming its manifest, as a
+    single create did."""
+    pods = [(tmp_path / f"{i}.yaml", _pod(f"p-{i:02d}")) for i in range(3 * CREATES_AT_ONCE)]
+    bad = (tmp_path / "bad.yaml", _pod("p-x", namespace="missing"))
+    refused = [(tmp_path / "y.yaml", _pod("p-y")), bad, (tmp_path / "z.yaml", _pod("p-z"))]
+    async with SimCluster(tmp_path / "cluster", karpenter_enabled=False) as cluster:
+        kube = Kube(
+            client.ApiClient(configuration=await load_configuration(str(cluster.kubeconfig)))
+        )
+        try:
+            await apply(kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}})
+            await _create_pods(kube, pods)
+            with pytest.raises(ExamplesError) as raised:
+                await _create_pods(kube, refused)
+        finally:
+            await kube.close()
+        items, _ = cluster.store.list(sim_store.PODS)
+    names = {p["metadata"]["name"] for p in items}
+    assert {f"p-{i:02d}" for i in range(3 * CREATES_AT_ONCE)} <= names
+    assert "p-x" not in names
+    assert str(raised.value).startswith(f"{tmp_path / 'bad.yaml'}: creating Pod p-x: ")
 
 
 def test_yaml_the_demo_cannot_parse_names_its_file_and_line(tmp_path: Path) -> None:
