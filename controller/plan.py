@@ -67,6 +67,7 @@ from controller.capacity import (
     Room,
     claim_hosts,
     foreign_claims,
+    fresh,
     held_covers,
     nodes_to_label,
     place_on_free,
@@ -630,8 +631,8 @@ def _settling(
     served: Mapping[PodRef, Sequence[Bin]],
 ) -> Settling | None:
     """Whether group ``key``'s bins no trigger had room for (``left``) wait for the
-    `fresh` NodeClaims that host all their pods (`controller.capacity.claim_hosts`)
-    and the NodeClaims on their way that the group's triggers are linked to, because
+    `fresh` NodeClaims that host all their pods (`controller.capacity.claim_hosts`),
+    those with no room left included, and the NodeClaims on their way that the group's triggers are linked to, because
     those have, in all, the GPUs the pods need (`controller.packing.gpu_use`): a Ready
     one its room once covers and this pass's placements took theirs (``work.free``),
     one on its way the GPUs the group's triggers bought there; counting also the pods
@@ -659,16 +660,19 @@ def _settling(
     pod that fit nowhere held the sim's 1,000-pod mix 60 s before it bought; ending
     the wait 10 s after the last bind, NodeClaims on their way not counted, left a
     HAMi node empty in both of two runs of it."""
-    if not left or not work.free:
+    if not left:
         return None
     profile = config.trigger.profile
     pods = [pod for bin_ in left for pod in bin_.pods]
     if not all(spread_demand(pod.intent) is not None for pod in pods):
         return None  # room counted in all per NodeClaim (`Room`): no card pins it
+    # Fresh with no room left counts too: the pods covered there may go elsewhere.
     hosts = [
         name
-        for name in sorted(work.free)
-        if all(claim_hosts(snapshot.nodeclaims[name], key, pod, profile) for pod in pods)
+        for name, claim in sorted(snapshot.nodeclaims.items())
+        if claim.pool == key.pool
+        and (name in work.free or (claim.marked and _fresh(snapshot, config, claim)))
+        and all(claim_hosts(claim, key, pod, profile) for pod in pods)
     ]
     if not hosts:
         return None
@@ -690,7 +694,8 @@ def _settling(
         if claim is not None and claim.name in going:
             need += sum((gpu_use(p.intent) for b in served.get(trigger.ref, ()) for p in b.pods),
                         Decimal(0))  # fmt: skip
-    room = sum((work.free[name].total for name in hosts), Decimal(0)) + sum(coming.values())
+    free = sum((work.free[name].total for name in hosts if name in work.free), Decimal(0))
+    room = free + sum(coming.values())
     if need > room:
         return None
     ready = [r for name in hosts if (r := snapshot.nodeclaims[name].ready_since) is not None]
@@ -701,6 +706,14 @@ def _settling(
         return None
     work.wake_at(until)
     return Settling(tuple(hosts), until, tuple(sorted(coming)))
+
+
+def _fresh(snapshot: Snapshot, config: PlanConfig, claim: NodeClaimInfo) -> bool:
+    """`controller.capacity.fresh` of ``claim`` at the snapshot's time, as `_classify`
+    judges it."""
+    return fresh(
+        claim, snapshot.now, config.cover_seconds, config.cover_max_seconds, snapshot.last_bind
+    )
 
 
 def _new_pod(pod: PendingPod) -> bool:

@@ -1574,6 +1574,10 @@ def test_pods_left_without_room_count_the_nodeclaims_on_their_way_too() -> None:
     until = datetime(2026, 11, 21, 12, 1, tzinfo=UTC)
     held = {s.ref.name: s.why for s in result.statuses if s.ref.name == "pair"}
     assert held == {"pair": HeldBack(Settling(("nc-1",), until, ("nc-2",)))}
+    # nc-1 with no room left at all (real run 31): the pods covered there may go elsewhere
+    full = plan(replace(snap, used={"n1": Decimal(2)}), CONFIG)
+    assert full.creates == ()
+    assert {s.ref.name: s.why for s in full.statuses if s.ref.name == "pair"} == held
     # the same triggers not linked yet: nothing is on its way for the group, it buys
     for trigger in triggers:
         del trigger["metadata"]["annotations"]["gpu-intent.io/nodeclaim"]
