@@ -632,11 +632,12 @@ def _settling(
 ) -> Settling | None:
     """Whether group ``key``'s bins no trigger had room for (``left``) wait for the
     `fresh` NodeClaims that host all their pods (`controller.capacity.claim_hosts`),
-    those with no room left included, and the NodeClaims on their way that the group's triggers are linked to, because
-    those have, in all, the GPUs the pods need (`controller.packing.gpu_use`): a Ready
-    one its room once covers and this pass's placements took theirs (``work.free``),
-    one on its way the GPUs the group's triggers bought there; counting also the pods
-    of the group's triggers linked to any of them. Only for HAMi's pods
+    those with no room left included, and the NodeClaims on their way that the group's
+    triggers are linked to, because those have, in all, the GPUs the pods need
+    (`controller.packing.gpu_use`): a Ready one its room once covers and this pass's
+    placements took theirs (``work.free``), one on its way the GPUs the group's
+    triggers bought there; counting also the pods of the group's triggers linked to
+    any of them. Only for HAMi's pods
     (`controller.packing.spread_demand`), whose room is judged card by card: other
     pods' room is judged in all on each NodeClaim, and in all across NodeClaims is no
     room (the 1,000-pod mix's tensor-fusion pods waited 48 s on 22 one-GPU L40S nodes
