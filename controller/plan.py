@@ -667,13 +667,19 @@ def _settling(
     pods = [pod for bin_ in left for pod in bin_.pods]
     if not all(spread_demand(pod.intent) is not None for pod in pods):
         return None  # room counted in all per NodeClaim (`Room`): no card pins it
+    # One pod per node selector and required affinity: all `claim_hosts` reads of a pod.
+    shapes = list({(p.node_selector, p.affinity_terms): p for p in pods}.values())
+
+    def hosts_all(claim: NodeClaimInfo) -> bool:
+        return all(claim_hosts(claim, key, pod, profile) for pod in shapes)
+
     # Fresh with no room left counts too: the pods covered there may go elsewhere.
     hosts = [
         name
         for name, claim in sorted(snapshot.nodeclaims.items())
         if claim.pool == key.pool
         and (name in work.free or (claim.marked and _fresh(snapshot, config, claim)))
-        and all(claim_hosts(claim, key, pod, profile) for pod in pods)
+        and hosts_all(claim)
     ]
     if not hosts:
         return None
@@ -685,7 +691,7 @@ def _settling(
             claim is not None
             and not claim.ready
             and trigger.ref not in work.failures
-            and (claim.name in coming or all(claim_hosts(claim, key, pod, profile) for pod in pods))
+            and (claim.name in coming or hosts_all(claim))
         ):
             coming[claim.name] += trigger.gpus
     need = sum((gpu_use(pod.intent) for pod in pods), Decimal(0))
